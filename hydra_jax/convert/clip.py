@@ -1,0 +1,128 @@
+"""HuggingFace CLIPModel -> ours (both towers, projections, logit scale)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from hydra_jax.convert.common import (
+    CONV,
+    Rule,
+    attention,
+    check_fields,
+    dense,
+    expand,
+    fill,
+    layer_norm,
+    require,
+)
+from hydra_jax.models import CLIPConfig, CLIPTextConfig, CLIPVisionConfig, EncoderConfig, Model
+from hydra_jax.models.encoder import ACTIVATIONS
+
+HANDLED = (
+    "projection_dim", "logit_scale_init_value", "text_config", "vision_config",
+    "text_config_dict", "vision_config_dict",
+)  # fmt: skip
+_TOWER = (
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "hidden_act",
+    "layer_norm_eps", "attention_dropout", "dropout",
+    # The tower's own projection_dim only configures CLIP{Text,Vision}ModelWithProjection;
+    # CLIPModel uses the top-level one.
+    "projection_dim",
+)  # fmt: skip
+TEXT_HANDLED = (*_TOWER, "vocab_size", "max_position_embeddings", "eos_token_id")
+VISION_HANDLED = (*_TOWER, "image_size", "patch_size", "num_channels")
+
+IGNORED = (r"(text|vision)_model\.embeddings\.position_ids",)
+
+
+def _tower_rules(hf: str, ours: str) -> list[Rule]:
+    layer, mine = f"{hf}.encoder.layers.{{l}}", f"{ours}/encoder/layer_{{l}}"
+    return [
+        *layer_norm(f"{layer}.layer_norm1", f"{mine}/attention_norm"),
+        *attention(
+            tuple(f"{layer}.self_attn.{n}_proj" for n in "qkv"),
+            f"{layer}.self_attn.out_proj",
+            f"{mine}/attention",
+        ),
+        *layer_norm(f"{layer}.layer_norm2", f"{mine}/mlp_norm"),
+        *dense(f"{layer}.mlp.fc1", f"{mine}/mlp/fc1"),
+        *dense(f"{layer}.mlp.fc2", f"{mine}/mlp/fc2"),
+    ]
+
+
+def rules_for(config: CLIPConfig) -> list[Rule]:
+    text = [
+        Rule("text_model.embeddings.token_embedding.weight", "text/token_embedding/embedding"),
+        Rule("text_model.embeddings.position_embedding.weight", "text/position_embedding/embedding"),
+        *_tower_rules("text_model", "text"),
+        *layer_norm("text_model.final_layer_norm", "text/final_norm"),
+        *dense("text_projection", "text/projection", bias=False),
+    ]
+    vision = [
+        Rule("vision_model.embeddings.class_embedding", "vision/class_embedding"),
+        Rule("vision_model.embeddings.patch_embedding.weight", "vision/patch/kernel", CONV),
+        Rule(
+            "vision_model.embeddings.position_embedding.weight",
+            "vision/position_embedding/embedding",
+        ),
+        *layer_norm("vision_model.pre_layrnorm", "vision/pre_norm"),
+        *_tower_rules("vision_model", "vision"),
+        *layer_norm("vision_model.post_layernorm", "vision/post_norm"),
+        *dense("visual_projection", "vision/projection", bias=False),
+    ]
+    return [
+        *expand(text, config.text.encoder.num_layers),
+        *expand(vision, config.vision.encoder.num_layers),
+        Rule("logit_scale", "logit_scale"),
+    ]
+
+
+def _encoder(hf: dict[str, Any], where: str, causal: bool) -> EncoderConfig:
+    require(hf["hidden_act"] in ACTIVATIONS, f"{where} hidden_act={hf['hidden_act']!r} unsupported")
+    D, N = hf["hidden_size"], hf["num_attention_heads"]
+    require(D % N == 0, f"{where} hidden_size {D} is not divisible by num_attention_heads {N}")
+    return EncoderConfig(
+        num_heads=(N,) * hf["num_hidden_layers"],
+        width=D,
+        head_dim=D // N,
+        mlp_dim=hf["intermediate_size"],
+        activation=hf["hidden_act"],
+        layer_norm_eps=hf.get("layer_norm_eps", 1e-5),
+        pre_norm=True,
+        causal=causal,
+        dropout=hf.get("dropout", 0.0),
+        attention_dropout=hf.get("attention_dropout", 0.0),
+    )
+
+
+def config_from_hf(hf: dict[str, Any]) -> CLIPConfig:
+    check_fields(hf, HANDLED, "CLIP")
+    # Old configs duplicate each tower as `*_config_dict`; `transformers` let those win.
+    text = {**hf.get("text_config", {}), **(hf.get("text_config_dict") or {})}
+    vision = {**hf.get("vision_config", {}), **(hf.get("vision_config_dict") or {})}
+    check_fields(text, TEXT_HANDLED, "CLIP text_config")
+    check_fields(vision, VISION_HANDLED, "CLIP vision_config")
+    return CLIPConfig(
+        text=CLIPTextConfig(
+            encoder=_encoder(text, "CLIP text", causal=True),
+            vocab_size=text["vocab_size"],
+            max_positions=text.get("max_position_embeddings", 77),
+            eos_token_id=text.get("eos_token_id", 2),
+        ),
+        vision=CLIPVisionConfig(
+            encoder=_encoder(vision, "CLIP vision", causal=False),
+            image_size=vision.get("image_size", 224),
+            patch_size=vision.get("patch_size", 32),
+            num_channels=vision.get("num_channels", 3),
+        ),
+        projection_dim=hf.get("projection_dim", 512),
+        logit_scale_init=hf.get("logit_scale_init_value", 2.6592),
+    )
+
+
+def load(hf: dict[str, Any], tensors: dict[str, Any]) -> Model:
+    config = config_from_hf(hf)
+    target = jax.eval_shape(lambda: Model.init(config, jax.random.key(0)).params)
+    return Model(config, fill(rules_for(config), tensors, target, IGNORED))

@@ -1,0 +1,215 @@
+"""Shared converter machinery: safe readers, config allow-lists, name tables, strict fill."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from flax import traverse_util
+from safetensors.numpy import load_file, save_file
+
+from hydra_jax.convert.torch_pickle import load_torch_bin
+
+# Fields every `PretrainedConfig` may write that do not change the network's function.
+GENERIC_IGNORED = frozenset({
+    "_name_or_path", "architectures", "transformers_version", "dtype", "torch_dtype", "model_type",
+    "id2label", "label2id", "problem_type", "initializer_range", "initializer_factor",
+    "use_cache", "gradient_checkpointing", "bos_token_id", "eos_token_id", "pad_token_id",
+    "sep_token_id", "decoder_start_token_id", "tie_word_embeddings", "output_hidden_states",
+    "output_attentions", "return_dict", "torchscript", "chunk_size_feed_forward",
+    "pruned_heads", "finetuning_task", "tokenizer_class", "prefix", "task_specific_params",
+    "use_return_dict", "tf_legacy_loss", "use_bfloat16", "_attn_implementation_autoset",
+    "cross_attention_hidden_size", "encoder_no_repeat_ngram_size",
+    # Generation settings that old configs carry for every model; they are unused by encoders.
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "length_penalty", "no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
+    "output_scores", "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
+    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+    "begin_suppress_tokens",
+})
+
+
+# Fields that are harmless only when false (a decoder or cross-attention is not an encoder).
+MUST_BE_FALSE = frozenset({"is_decoder", "add_cross_attention", "is_encoder_decoder"})
+
+
+class ConversionError(ValueError):
+    """A checkpoint that does not match what the converter knows, named precisely."""
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ConversionError(f"{path} has no config.json: not a HuggingFace model directory")
+    return json.loads(config_file.read_text())
+
+
+def check_fields(hf: Mapping[str, Any], handled: Iterable[str], where: str) -> None:
+    """Raises ConversionError naming any HF config field that is neither handled nor ignored."""
+    for field in MUST_BE_FALSE & set(hf):
+        if hf[field]:
+            raise ConversionError(f"{where} config sets {field}={hf[field]!r}: not supported")
+    known = set(handled) | GENERIC_IGNORED | MUST_BE_FALSE
+    unknown = sorted(set(hf) - known)
+    if unknown:
+        raise ConversionError(
+            f"unhandled {where} config field(s) {unknown}: this converter does not know whether "
+            "they change the network, so it refuses to guess"
+        )
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConversionError(message)
+
+
+def read_state_dict(path: Path) -> dict[str, np.ndarray]:
+    """The tensors of `model.safetensors`, or of a legacy `pytorch_model.bin` (read safely)."""
+    if (path / "model.safetensors").is_file():
+        return load_file(path / "model.safetensors")
+    if (path / "pytorch_model.bin").is_file():
+        return load_torch_bin(path / "pytorch_model.bin")
+    raise ConversionError(f"{path} has neither model.safetensors nor pytorch_model.bin")
+
+
+@dataclasses.dataclass(frozen=True)
+class Transform:
+    """HF tensor <-> our leaf. `to_ours(x, target_shape)`; `to_hf(x)` inverts it."""
+
+    to_ours: Callable[[np.ndarray, tuple[int, ...]], np.ndarray]
+    to_hf: Callable[[np.ndarray], np.ndarray]
+
+
+IDENTITY = Transform(lambda x, shape: x, lambda x: x)
+# torch Linear weight [out, in] <-> Flax Dense kernel [in, out].
+LINEAR = Transform(lambda x, shape: x.T, lambda x: x.T)
+# query/key/value weight [N*K, D] <-> kernel [D, N, K].
+HEADS_IN = Transform(lambda x, shape: x.T.reshape(shape), lambda x: x.reshape(x.shape[0], -1).T)
+# query/key/value bias [N*K] <-> [N, K].
+HEADS_BIAS = Transform(lambda x, shape: x.reshape(shape), lambda x: x.reshape(-1))
+# output weight [D, N*K] <-> kernel [N, K, D].
+HEADS_OUT = Transform(lambda x, shape: x.T.reshape(shape), lambda x: x.reshape(-1, x.shape[-1]).T)
+# Conv2d weight [D, C, P, P] <-> Flax Conv kernel [P, P, C, D].
+CONV = Transform(lambda x, shape: x.transpose(2, 3, 1, 0), lambda x: x.transpose(3, 2, 0, 1))
+# ViT's cls token [1, 1, D] and position embeddings [1, T, D] <-> [D] and [T, D].
+SQUEEZE_1 = Transform(lambda x, shape: x.reshape(shape), lambda x: x[None])
+SQUEEZE_2 = Transform(lambda x, shape: x.reshape(shape), lambda x: x[None, None])
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One row of a name-mapping table; `{l}` in both names stands for the layer index."""
+
+    hf: str
+    ours: str
+    transform: Transform = IDENTITY
+
+
+def dense(hf: str, ours: str, bias: bool = True) -> list[Rule]:
+    rules = [Rule(f"{hf}.weight", f"{ours}/kernel", LINEAR)]
+    return [*rules, Rule(f"{hf}.bias", f"{ours}/bias")] if bias else rules
+
+
+def layer_norm(hf: str, ours: str) -> list[Rule]:
+    return [Rule(f"{hf}.weight", f"{ours}/scale"), Rule(f"{hf}.bias", f"{ours}/bias")]
+
+
+def attention(
+    hf_qkv: tuple[str, str, str], hf_out: str, ours: str, qkv_bias: bool = True
+) -> list[Rule]:
+    """Rules for one attention block; `hf_qkv` are the HF query/key/value module names."""
+    rules = []
+    for hf, name in zip(hf_qkv, ("query", "key", "value"), strict=True):
+        rules.append(Rule(f"{hf}.weight", f"{ours}/{name}/kernel", HEADS_IN))
+        if qkv_bias:
+            rules.append(Rule(f"{hf}.bias", f"{ours}/{name}/bias", HEADS_BIAS))
+    return [
+        *rules,
+        Rule(f"{hf_out}.weight", f"{ours}/out/kernel", HEADS_OUT),
+        Rule(f"{hf_out}.bias", f"{ours}/out/bias"),
+    ]
+
+
+def expand(rules: Iterable[Rule], num_layers: int) -> list[Rule]:
+    """Repeats every rule containing `{l}` once per layer."""
+    out = []
+    for rule in rules:
+        if "{l}" in rule.hf:
+            out += [Rule(rule.hf.format(l=l), rule.ours.format(l=l), rule.transform)
+                    for l in range(num_layers)]
+        else:
+            out.append(rule)
+    return out
+
+
+def strip_prefix(tensors: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """Removes an optional model prefix (`bert.`, `vit.`) from the keys that carry it."""
+    return {k.removeprefix(prefix): v for k, v in tensors.items()}
+
+
+def fill(
+    rules: list[Rule],
+    tensors: Mapping[str, np.ndarray],
+    target: Any,
+    ignored: Iterable[str] = (),
+) -> dict[str, Any]:
+    """Builds our parameter tree from HF tensors, strictly.
+
+    Args:
+      rules: the expanded name-mapping table.
+      tensors: HF name -> array.
+      target: the expected parameter tree (`jax.eval_shape` of the module's init).
+      ignored: regular expressions of HF tensors known to carry nothing we model (buffers,
+        pre-training heads).
+
+    Raises:
+      ConversionError: a missing, mis-shaped or unused source tensor, or an unfilled target leaf.
+    """
+    expected = {"/".join(k): v for k, v in traverse_util.flatten_dict(target).items()}
+    filled: dict[str, np.ndarray] = {}
+    for rule in rules:
+        if rule.hf not in tensors:
+            raise ConversionError(f"checkpoint is missing tensor {rule.hf!r} (for {rule.ours})")
+        if rule.ours not in expected:
+            raise ConversionError(f"internal: rule target {rule.ours} is not a model parameter")
+        leaf = expected[rule.ours]
+        src = tensors[rule.hf]
+        hf_shape = jax.eval_shape(rule.transform.to_hf, leaf).shape
+        if tuple(src.shape) != tuple(hf_shape):
+            raise ConversionError(
+                f"tensor {rule.hf!r} has shape {tuple(src.shape)}, expected {tuple(hf_shape)} "
+                f"from the config (for {rule.ours} of shape {tuple(leaf.shape)})"
+            )
+        filled[rule.ours] = np.asarray(rule.transform.to_ours(src, leaf.shape), dtype=leaf.dtype)
+    used = {rule.hf for rule in rules}
+    patterns = [re.compile(p) for p in ignored]
+    unused = sorted(k for k in tensors if k not in used and not any(p.fullmatch(k) for p in patterns))
+    if unused:
+        raise ConversionError(f"checkpoint has tensors this model does not use: {unused}")
+    unfilled = sorted(set(expected) - set(filled))
+    if unfilled:
+        raise ConversionError(f"no checkpoint tensor fills parameters {unfilled}")
+    return traverse_util.unflatten_dict({tuple(k.split("/")): v for k, v in filled.items()})
+
+
+def to_hf_tensors(rules: list[Rule], params: Any, prefix: str = "") -> dict[str, np.ndarray]:
+    """Inverse of `fill`: our parameter tree -> HF name -> contiguous float array."""
+    flat = {"/".join(k): v for k, v in traverse_util.flatten_dict(params).items()}
+    out = {}
+    for rule in rules:
+        name = rule.hf if rule.hf.startswith("classifier.") else prefix + rule.hf
+        out[name] = np.ascontiguousarray(rule.transform.to_hf(np.asarray(flat[rule.ours])))
+    return out
+
+
+def write_hf(path: Path, hf_config: Mapping[str, Any], tensors: Mapping[str, np.ndarray]) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True))
+    save_file(dict(tensors), path / "model.safetensors", metadata={"format": "pt"})

@@ -1,0 +1,94 @@
+"""Frozen model configurations, built by the checkpoint converters or by test presets."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderConfig:
+    """The transformer layer stack shared by BERT, ViT and both CLIP towers.
+
+    Attributes:
+      num_heads: heads per layer, length L. Equal in a checkpoint; may differ after `compact`.
+      width: D, the residual stream width.
+      head_dim: K; kept when heads are removed, so `width == N * K` holds only before pruning.
+      mlp_dim: F.
+      activation: a key of `hydra_jax.models.layers.ACTIVATIONS` (HF `hidden_act` names).
+      layer_norm_eps: epsilon of every LayerNorm, taken from the checkpoint.
+      pre_norm: True for ViT/CLIP (LN before each block), False for BERT (LN after the residual).
+      causal: True for the CLIP text tower.
+      qkv_bias: whether query/key/value projections carry biases.
+      dropout: residual and embedding dropout rate (used only when a dropout RNG is given).
+      attention_dropout: dropout rate on attention probabilities.
+    """
+
+    num_heads: tuple[int, ...]
+    width: int
+    head_dim: int
+    mlp_dim: int
+    activation: str
+    layer_norm_eps: float
+    pre_norm: bool
+    causal: bool = False
+    qkv_bias: bool = True
+    dropout: float = 0.0
+    attention_dropout: float = 0.0
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.num_heads)
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """BERT-family encoder; `num_labels == 0` means no sequence classifier."""
+
+    encoder: EncoderConfig
+    vocab_size: int
+    max_positions: int
+    type_vocab_size: int
+    pad_token_id: int = 0
+    pooler: bool = True
+    num_labels: int = 0
+    classifier_dropout: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ViTConfig:
+    """ViT; `num_labels == 0` means no image classifier (which reads the final-LN CLS token)."""
+
+    encoder: EncoderConfig
+    image_size: int
+    patch_size: int
+    num_channels: int = 3
+    pooler: bool = True
+    pooler_activation: str = "tanh"
+    num_labels: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class CLIPTextConfig:
+    encoder: EncoderConfig
+    vocab_size: int
+    max_positions: int
+    eos_token_id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CLIPVisionConfig:
+    encoder: EncoderConfig
+    image_size: int
+    patch_size: int
+    num_channels: int = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class CLIPConfig:
+    text: CLIPTextConfig
+    vision: CLIPVisionConfig
+    projection_dim: int
+    logit_scale_init: float = 2.6592
+
+
+ArchConfig = BertConfig | ViTConfig | CLIPConfig

@@ -1,0 +1,110 @@
+"""The layer stack shared by BERT (post-LN), ViT and CLIP (pre-LN)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from hydra_jax.models.attention import Attention
+from hydra_jax.models.config import EncoderConfig
+
+
+def _quick_gelu(x: jax.Array) -> jax.Array:
+    return x * jax.nn.sigmoid(1.702 * x)
+
+
+# HF `hidden_act` names -> functions. "gelu" is the exact erf GELU, as in `transformers`.
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "quick_gelu": _quick_gelu,
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+    "tanh": jnp.tanh,
+}
+
+HeadMask = jax.Array | Sequence[jax.Array]
+
+
+def LayerNorm(epsilon: float, name: str) -> nn.LayerNorm:  # noqa: N802 (a module factory)
+    # Two-pass variance, as torch computes it: Flax's default E[x^2] - E[x]^2 cancels
+    # catastrophically when a row's mean is large against its spread.
+    return nn.LayerNorm(epsilon, use_fast_variance=False, name=name)
+
+
+class Mlp(nn.Module):
+    mlp_dim: int
+    width: int
+    activation: str
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        h = ACTIVATIONS[self.activation](nn.Dense(self.mlp_dim, name="fc1")(x))  # [B, T, F]
+        return nn.Dense(self.width, name="fc2")(h)  # [B, T, D]
+
+
+class EncoderLayer(nn.Module):
+    config: EncoderConfig
+    num_heads: int
+
+    @nn.compact
+    def __call__(
+        self, x: jax.Array, bias: jax.Array, head_mask: jax.Array | None, deterministic: bool
+    ) -> tuple[jax.Array, jax.Array]:
+        c = self.config
+        attention = Attention(
+            self.num_heads, c.head_dim, c.width, c.qkv_bias, c.attention_dropout, name="attention"
+        )
+        mlp = Mlp(c.mlp_dim, c.width, c.activation, name="mlp")
+        attention_norm = LayerNorm(c.layer_norm_eps, name="attention_norm")
+        mlp_norm = LayerNorm(c.layer_norm_eps, name="mlp_norm")
+        drop = nn.Dropout(c.dropout, deterministic=deterministic)
+        if c.pre_norm:
+            a, probs = attention(attention_norm(x), bias, head_mask, deterministic)
+            x = x + drop(a)
+            x = x + drop(mlp(mlp_norm(x)))
+        else:
+            a, probs = attention(x, bias, head_mask, deterministic)
+            x = attention_norm(x + drop(a))
+            x = mlp_norm(x + drop(mlp(x)))
+        return x, probs
+
+
+class Encoder(nn.Module):
+    """L layers; each layer's own head count comes from `config.num_heads`."""
+
+    config: EncoderConfig
+
+    @nn.compact
+    def __call__(
+        self, x: jax.Array, bias: jax.Array, head_mask: HeadMask | None, deterministic: bool
+    ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+        """Runs the stack.
+
+        Args:
+          x: `[B, T, D]`.
+          bias: `[B, 1, T, S]` additive attention bias.
+          head_mask: `[L, N]`, or L arrays `[N_l]` when layers have different head counts, or None.
+          deterministic: disables dropout.
+
+        Returns:
+          `([B, T, D], L attention probabilities [B, N_l, T, S])`.
+        """
+        attentions = []
+        for l, n in enumerate(self.config.num_heads):
+            mask = None if head_mask is None else head_mask[l]
+            x, probs = EncoderLayer(self.config, n, name=f"layer_{l}")(x, bias, mask, deterministic)
+            attentions.append(probs)
+        return x, tuple(attentions)
+
+
+def stack_attentions(attentions: tuple[jax.Array, ...]) -> jax.Array | tuple[jax.Array, ...]:
+    """`[L, B, N, T, S]` when every layer has N heads; the per-layer tuple otherwise."""
+    if len({a.shape for a in attentions}) == 1:
+        return jnp.stack(attentions)
+    return attentions

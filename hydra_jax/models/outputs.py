@@ -1,0 +1,44 @@
+"""Output pytrees; field names follow `transformers`."""
+
+from __future__ import annotations
+
+import jax
+from flax import struct
+
+
+@struct.dataclass
+class ModelOutput:
+    """Outputs of a BERT or ViT model or of one CLIP tower.
+
+    Attributes:
+      last_hidden_state: `[B, T, D]`.
+      pooler_output: `[B, D]` (BERT/ViT pooler, CLIP post-LN EOS/CLS token) or None.
+      logits: `[B, C]` with a classifier, else None.
+      attentions: `[L, B, N, T, S]` when requested (a per-layer tuple if head counts differ).
+      embeds: `[B, E]` projected (not normalised) CLIP tower embedding, else None.
+    """
+
+    last_hidden_state: jax.Array
+    pooler_output: jax.Array | None = None
+    logits: jax.Array | None = None
+    attentions: jax.Array | tuple[jax.Array, ...] | None = None
+    embeds: jax.Array | None = None
+
+
+@struct.dataclass
+class CLIPOutput:
+    """CLIP outputs; a tower that was not given inputs is None (and so are the logits).
+
+    Attributes:
+      text_embeds: `[B, E]` L2-normalised.
+      image_embeds: `[B, E]` L2-normalised.
+      logits_per_image: `[B_image, B_text]`, scaled by `exp(logit_scale)`.
+      logits_per_text: `[B_text, B_image]`.
+    """
+
+    text_embeds: jax.Array | None = None
+    image_embeds: jax.Array | None = None
+    logits_per_image: jax.Array | None = None
+    logits_per_text: jax.Array | None = None
+    text_model_output: ModelOutput | None = None
+    vision_model_output: ModelOutput | None = None

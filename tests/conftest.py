@@ -1,4 +1,4 @@
-"""Test-wide numerics: exact fp32 matmuls and no silent rank promotion (a swapped axis must fail)."""
+"""Test-wide numerics: exact fp32 matmuls, no silent rank promotion (a swapped axis fails)."""
 
 from __future__ import annotations
 

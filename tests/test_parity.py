@@ -77,7 +77,9 @@ def test_bert_classifier_parity(bert_pair, bert_batch, mask_index):
     mask = head_masks(2, 3)[mask_index]
     layers = ref.bert.encoder.layer
     with masked_heads([l.attention.output.dense for l in layers], mask), torch.no_grad():
-        expected = ref(**{k: torch.tensor(v) for k, v in bert_batch.items()}, output_attentions=True)
+        expected = ref(
+            **{k: torch.tensor(v) for k, v in bert_batch.items()}, output_attentions=True
+        )
         hidden = ref.bert(**{k: torch.tensor(v) for k, v in bert_batch.items()})
     out = ours(**bert_batch, head_mask=mask, output_attentions=True)
     assert_close(out.logits, to_numpy(expected.logits), "logits")
@@ -95,9 +97,9 @@ def test_bert_model_parity(tmp_path):
     rng = np.random.default_rng(1)
     ids, mask = padded_tokens(rng, 3, 6, BERT["vocab_size"])
     for head_mask in head_masks(2, 3):
-        with masked_heads([l.attention.output.dense for l in ref.encoder.layer], head_mask):
-            with torch.no_grad():
-                expected = ref(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
+        projections = [l.attention.output.dense for l in ref.encoder.layer]
+        with masked_heads(projections, head_mask), torch.no_grad():
+            expected = ref(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
         out = ours(input_ids=ids, attention_mask=mask, head_mask=head_mask)
         assert_close(out.last_hidden_state, to_numpy(expected.last_hidden_state), "hidden")
         assert_close(out.pooler_output, to_numpy(expected.pooler_output), "pooler")
@@ -182,13 +184,16 @@ def test_clip_parity(tmp_path):
     text_layers = [l.self_attn.out_proj for l in ref.text_model.encoder.layers]
     vision_layers = [l.self_attn.out_proj for l in ref.vision_model.encoder.layers]
     for text_mask, vision_mask in zip(head_masks(2, 2), head_masks(2, 3), strict=True):
-        with masked_heads(text_layers, text_mask), masked_heads(vision_layers, vision_mask):
-            with torch.no_grad():
-                expected = ref(
-                    input_ids=torch.tensor(ids),
-                    attention_mask=torch.tensor(mask),
-                    pixel_values=torch.tensor(pixels),
-                )
+        with (
+            masked_heads(text_layers, text_mask),
+            masked_heads(vision_layers, vision_mask),
+            torch.no_grad(),
+        ):
+            expected = ref(
+                input_ids=torch.tensor(ids),
+                attention_mask=torch.tensor(mask),
+                pixel_values=torch.tensor(pixels),
+            )
         out = ours(
             input_ids=ids,
             attention_mask=mask,
@@ -231,7 +236,10 @@ def test_minilm_real_checkpoint_parity():
     # Compared on real tokens. At padding positions (states nothing downstream reads) the fp32
     # reference itself is off its own float64 run by 1.8e-5, so 1e-5 would test noise there.
     valid = batch["attention_mask"].astype(bool)
-    hidden, expected_hidden = np.asarray(out.last_hidden_state), to_numpy(expected.last_hidden_state)
+    hidden, expected_hidden = (
+        np.asarray(out.last_hidden_state),
+        to_numpy(expected.last_hidden_state),
+    )
     assert_close(hidden[valid], expected_hidden[valid], "MiniLM hidden")
     np.testing.assert_allclose(hidden, expected_hidden, atol=1e-4)
 

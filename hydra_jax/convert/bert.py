@@ -64,7 +64,9 @@ def config_from_hf(hf: dict[str, Any], has_pooler: bool) -> BertConfig:
     require(hf["hidden_act"] in ACTIVATIONS, f"BERT hidden_act={hf['hidden_act']!r} unsupported")
     D, N = hf["hidden_size"], hf["num_attention_heads"]
     require(D % N == 0, f"BERT hidden_size {D} is not divisible by num_attention_heads {N}")
-    is_classifier = any(a.endswith("ForSequenceClassification") for a in hf.get("architectures", []))
+    is_classifier = any(
+        a.endswith("ForSequenceClassification") for a in hf.get("architectures", [])
+    )
     encoder = EncoderConfig(
         num_heads=(N,) * hf["num_hidden_layers"],
         width=D,

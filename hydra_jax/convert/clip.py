@@ -55,7 +55,9 @@ def _tower_rules(hf: str, ours: str) -> list[Rule]:
 def rules_for(config: CLIPConfig) -> list[Rule]:
     text = [
         Rule("text_model.embeddings.token_embedding.weight", "text/token_embedding/embedding"),
-        Rule("text_model.embeddings.position_embedding.weight", "text/position_embedding/embedding"),
+        Rule(
+            "text_model.embeddings.position_embedding.weight", "text/position_embedding/embedding"
+        ),
         *_tower_rules("text_model", "text"),
         *layer_norm("text_model.final_layer_norm", "text/final_norm"),
         *dense("text_projection", "text/projection", bias=False),

@@ -17,23 +17,70 @@ from safetensors.numpy import load_file, save_file
 from hydra_jax.convert.torch_pickle import load_torch_bin
 
 # Fields every `PretrainedConfig` may write that do not change the network's function.
-GENERIC_IGNORED = frozenset({
-    "_name_or_path", "architectures", "transformers_version", "dtype", "torch_dtype", "model_type",
-    "id2label", "label2id", "problem_type", "initializer_range", "initializer_factor",
-    "use_cache", "gradient_checkpointing", "bos_token_id", "eos_token_id", "pad_token_id",
-    "sep_token_id", "decoder_start_token_id", "tie_word_embeddings", "output_hidden_states",
-    "output_attentions", "return_dict", "torchscript", "chunk_size_feed_forward",
-    "pruned_heads", "finetuning_task", "tokenizer_class", "prefix", "task_specific_params",
-    "use_return_dict", "tf_legacy_loss", "use_bfloat16", "_attn_implementation_autoset",
-    "cross_attention_hidden_size", "encoder_no_repeat_ngram_size",
-    # Generation settings that old configs carry for every model; they are unused by encoders.
-    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
-    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
-    "length_penalty", "no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
-    "output_scores", "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
-    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
-    "begin_suppress_tokens",
-})
+GENERIC_IGNORED = frozenset(
+    {
+        "_name_or_path",
+        "architectures",
+        "transformers_version",
+        "dtype",
+        "torch_dtype",
+        "model_type",
+        "id2label",
+        "label2id",
+        "problem_type",
+        "initializer_range",
+        "initializer_factor",
+        "use_cache",
+        "gradient_checkpointing",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "sep_token_id",
+        "decoder_start_token_id",
+        "tie_word_embeddings",
+        "output_hidden_states",
+        "output_attentions",
+        "return_dict",
+        "torchscript",
+        "chunk_size_feed_forward",
+        "pruned_heads",
+        "finetuning_task",
+        "tokenizer_class",
+        "prefix",
+        "task_specific_params",
+        "use_return_dict",
+        "tf_legacy_loss",
+        "use_bfloat16",
+        "_attn_implementation_autoset",
+        "cross_attention_hidden_size",
+        "encoder_no_repeat_ngram_size",
+        # Generation settings that old configs carry for every model; they are unused by encoders.
+        "max_length",
+        "min_length",
+        "do_sample",
+        "early_stopping",
+        "num_beams",
+        "num_beam_groups",
+        "diversity_penalty",
+        "temperature",
+        "top_k",
+        "top_p",
+        "typical_p",
+        "repetition_penalty",
+        "length_penalty",
+        "no_repeat_ngram_size",
+        "bad_words_ids",
+        "num_return_sequences",
+        "output_scores",
+        "return_dict_in_generate",
+        "forced_bos_token_id",
+        "forced_eos_token_id",
+        "remove_invalid_values",
+        "exponential_decay_length_penalty",
+        "suppress_tokens",
+        "begin_suppress_tokens",
+    }
+)
 
 
 # Fields that are harmless only when false (a decoder or cross-attention is not an encoder).
@@ -142,8 +189,10 @@ def expand(rules: Iterable[Rule], num_layers: int) -> list[Rule]:
     out = []
     for rule in rules:
         if "{l}" in rule.hf:
-            out += [Rule(rule.hf.format(l=l), rule.ours.format(l=l), rule.transform)
-                    for l in range(num_layers)]
+            out += [
+                Rule(rule.hf.format(l=l), rule.ours.format(l=l), rule.transform)
+                for l in range(num_layers)
+            ]
         else:
             out.append(rule)
     return out
@@ -190,7 +239,9 @@ def fill(
         filled[rule.ours] = np.asarray(rule.transform.to_ours(src, leaf.shape), dtype=leaf.dtype)
     used = {rule.hf for rule in rules}
     patterns = [re.compile(p) for p in ignored]
-    unused = sorted(k for k in tensors if k not in used and not any(p.fullmatch(k) for p in patterns))
+    unused = sorted(
+        k for k in tensors if k not in used and not any(p.fullmatch(k) for p in patterns)
+    )
     if unused:
         raise ConversionError(f"checkpoint has tensors this model does not use: {unused}")
     unfilled = sorted(set(expected) - set(filled))

@@ -26,7 +26,9 @@ def padding_bias(attention_mask: jax.Array, dtype: jnp.dtype, causal: bool = Fal
         S = attention_mask.shape[-1]
         allowed = allowed & jnp.tril(jnp.ones((S, S), bool))[None, None]  # [B, 1, T, S]
     else:
-        allowed = jnp.broadcast_to(allowed, (*allowed.shape[:2], allowed.shape[-1], allowed.shape[-1]))
+        allowed = jnp.broadcast_to(
+            allowed, (*allowed.shape[:2], allowed.shape[-1], allowed.shape[-1])
+        )
     return jnp.where(allowed, jnp.zeros((), dtype), jnp.finfo(dtype).min)
 
 

@@ -1,0 +1,153 @@
+"""Model behaviour that needs no reference implementation: gradients, shapes, transforms."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import hydra_jax as hj
+from hydra_jax.models import (
+    BertConfig,
+    CLIPConfig,
+    CLIPTextConfig,
+    CLIPVisionConfig,
+    EncoderConfig,
+    ViTConfig,
+)
+
+L, N, K = 2, 3, 4  # distinct, so a swapped axis fails instead of broadcasting
+TINY = BertConfig(
+    EncoderConfig((N,) * L, N * K, K, 17, "gelu", 1e-12, pre_norm=False),
+    vocab_size=23, max_positions=9, type_vocab_size=2, num_labels=5,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model = hj.Model.init(TINY, jax.random.key(0))
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, 23, (6, 7))
+    mask = (np.arange(7)[None] < np.array([7, 5, 2, 7, 3, 6])[:, None]).astype(np.int32)
+    labels = rng.integers(0, 5, 6)
+    return model, dict(input_ids=ids * mask, attention_mask=mask, labels=labels)
+
+
+def loss_fn(model, params, head_mask, batch):
+    logits = model.apply(params, **batch, head_mask=head_mask).logits
+    return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
+
+
+def test_head_mask_gradient_matches_float64_finite_differences(tiny):
+    model, batch = tiny
+    with jax.enable_x64(True):
+        params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), model.params)
+        mask = jnp.asarray(np.random.default_rng(1).uniform(0.5, 1.0, (L, N)), jnp.float64)
+        loss = functools.partial(loss_fn, model, params, batch=batch)
+        grad = np.asarray(jax.grad(loss)(mask))
+        eps = 1e-6
+        numeric = np.zeros((L, N))
+        for l in range(L):
+            for h in range(N):
+                e = jnp.zeros((L, N), jnp.float64).at[l, h].set(eps)
+                numeric[l, h] = (loss(mask + e) - loss(mask - e)) / (2 * eps)
+    assert grad.dtype == np.float64
+    assert np.abs(grad).max() > 1e-4  # the mask matters
+    np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-9)
+
+
+def test_jit_and_vmap_over_head_masks_match_eager(tiny):
+    model, batch = tiny
+    masks = jnp.asarray(np.random.default_rng(2).integers(0, 2, (4, L, N)), jnp.float32)
+    forward = jax.jit(lambda p, m: model.apply(p, **batch, head_mask=m).logits)
+    stacked = jax.vmap(forward, in_axes=(None, 0))(model.params, masks)  # [M, B, C]
+    assert stacked.shape == (4, 6, 5)
+    for m in range(4):
+        eager = model(**batch, head_mask=masks[m]).logits
+        np.testing.assert_allclose(stacked[m], eager, atol=1e-6)
+
+
+def test_all_ones_mask_equals_no_mask(tiny):
+    model, batch = tiny
+    np.testing.assert_allclose(
+        model(**batch, head_mask=jnp.ones((L, N))).logits, model(**batch).logits, atol=1e-6
+    )
+
+
+def test_attention_probabilities_ignore_padding(tiny):
+    model, batch = tiny
+    probs = np.asarray(model(**batch, output_attentions=True).attentions)  # [L, B, N, T, S]
+    assert probs.shape == (L, 6, N, 7, 7)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-6)
+    padding = batch["attention_mask"] == 0  # [B, S]
+    assert np.all(probs.transpose(1, 4, 0, 2, 3)[padding] == 0.0)
+
+
+def test_dropout_rng_turns_dropout_on(tiny):
+    model, batch = tiny
+    config = TINY.encoder
+    assert config.dropout == 0.0  # the preset has none; use a copy that has some
+    noisy = hj.Model(
+        BertConfig(
+            EncoderConfig(config.num_heads, config.width, K, 17, "gelu", 1e-12, False, dropout=0.3),
+            vocab_size=23, max_positions=9, type_vocab_size=2, num_labels=5,
+        ),
+        model.params,
+    )  # fmt: skip
+    a = noisy.apply(noisy.params, **batch, dropout_rng=jax.random.key(0)).logits
+    b = noisy.apply(noisy.params, **batch, dropout_rng=jax.random.key(1)).logits
+    assert not np.allclose(a, b)
+    np.testing.assert_array_equal(noisy(**batch).logits, model(**batch).logits)
+
+
+@pytest.mark.parametrize(
+    "mask", [np.ones((N, L)), np.ones((L, N + 1)), np.ones(L * N), [np.ones(N)] * (L + 1)]
+)
+def test_head_mask_of_wrong_shape_is_refused(tiny, mask):
+    model, batch = tiny
+    with pytest.raises(ValueError, match=r"head_mask has shape .* expected shape \(2, 3\)"):
+        model(**batch, head_mask=mask)
+
+
+def test_unknown_input_is_refused(tiny):
+    model, batch = tiny
+    with pytest.raises(TypeError, match=r"unexpected inputs \['pixel_values'\]"):
+        model(**batch, pixel_values=np.zeros((1, 3, 4, 4)))
+
+
+def param_count(config) -> int:
+    shapes = jax.eval_shape(lambda: hj.Model.init(config, jax.random.key(0)).params)
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))
+
+
+def base_encoder(D, N, L, F, act, eps, pre_norm):
+    return EncoderConfig((N,) * L, D, D // N, F, act, eps, pre_norm)
+
+
+def test_real_size_parameter_counts_match_transformers():
+    """Counts of `transformers` BertModel(), ViTModel(), CLIPModel() defaults and MiniLM-L6."""
+    bert_base = BertConfig(base_encoder(768, 12, 12, 3072, "gelu", 1e-12, False), 30522, 512, 2)
+    minilm = BertConfig(base_encoder(384, 12, 6, 1536, "gelu", 1e-12, False), 30522, 512, 2)
+    vit_base = ViTConfig(base_encoder(768, 12, 12, 3072, "gelu", 1e-12, True), 224, 16)
+    clip_b32 = CLIPConfig(
+        CLIPTextConfig(base_encoder(512, 8, 12, 2048, "quick_gelu", 1e-5, True), 49408, 77, 2),
+        CLIPVisionConfig(base_encoder(768, 12, 12, 3072, "quick_gelu", 1e-5, True), 224, 32),
+        projection_dim=512,
+    )
+    assert param_count(bert_base) == 109_482_240
+    assert param_count(minilm) == 22_713_216
+    assert param_count(vit_base) == 86_389_248
+    assert param_count(clip_b32) == 151_277_313
+
+
+def test_minilm_checkpoint_loads_with_expected_structure():
+    model = hj.from_pretrained(hj.minilm_l6_path())
+    assert model.config.encoder.num_heads == (12,) * 6
+    assert model.config.encoder.head_dim == 32
+    q = model.params["encoder"]["layer_0"]["attention"]["query"]["kernel"]
+    o = model.params["encoder"]["layer_0"]["attention"]["out"]["kernel"]
+    assert q.shape == (384, 12, 32) and o.shape == (12, 32, 384)

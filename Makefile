@@ -25,7 +25,7 @@ test: lint
 	$(BIN)/python -m pytest -q
 
 bench: setup
-	$(BIN)/python bench/forward.py
+	$(BIN)/python -m bench.forward
 
 clean:
 	rm -rf $(VENV)

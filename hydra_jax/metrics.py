@@ -1,0 +1,233 @@
+"""Uncertainty metrics as pure numpy functions (float64), matching torch-uncertainty conventions.
+
+Notation: `p_m` member softmax `[B, M, C]`, `p = mean_m p_m` `[B, C]`, `y_hat = argmax p`.
+A single model is the case M = 1: `[B, C]` inputs are read as `[B, 1, C]`.
+OOD detection treats OOD as the positive class; every score is "higher = more OOD".
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+_TINY = np.finfo(np.float64).tiny  # log(tiny) = -708: NLL and KL stay finite at p = 0
+
+
+def _member_probs(probs: np.ndarray) -> np.ndarray:
+    """`[B, C]` or `[B, M, C]` -> float64 `[B, M, C]`, refusing NaN/inf and empty input."""
+    probs = np.asarray(probs, np.float64)
+    if probs.ndim == 2:
+        probs = probs[:, None, :]
+    if probs.ndim != 3:
+        raise ValueError(f"probs must be [B, C] or [B, M, C], got shape {probs.shape}")
+    if probs.shape[0] == 0:
+        raise ValueError("probs is empty: no examples to evaluate")
+    bad = ~np.isfinite(probs)
+    if bad.any():
+        rows = np.unique(np.nonzero(bad)[0])
+        raise ValueError(
+            f"probs contain {int(bad.sum())} NaN/inf values in {rows.size} examples "
+            f"(first: {rows[:5].tolist()}); refusing to average them away"
+        )
+    return probs
+
+
+def _entropy(p: np.ndarray) -> np.ndarray:
+    """Shannon entropy (nats) over the last axis, with 0 log 0 = 0."""
+    return -np.sum(np.where(p > 0, p * np.log(np.maximum(p, _TINY)), 0.0), axis=-1)
+
+
+def _bin_gaps(confidence: np.ndarray, correct: np.ndarray, bins: list[np.ndarray]) -> tuple:
+    """Per non-empty bin: weight n_b / N and gap |acc_b - conf_b|."""
+    n = confidence.size
+    weights, gaps = [], []
+    for index in bins:
+        if index.size:
+            weights.append(index.size / n)
+            gaps.append(abs(correct[index].mean() - confidence[index].mean()))
+    return np.array(weights), np.array(gaps)
+
+
+def calibration(
+    confidence: np.ndarray, correct: np.ndarray, num_bins: int = 15
+) -> dict[str, float]:
+    """ECE (equal-width bins), aECE (equal-mass bins) and MCE of top-label confidence.
+
+    Equal-width bins are `[b/n, (b+1)/n)`, the last one closed (torchmetrics' bucketize,
+    `right=True`). Equal-mass bins split the confidence-sorted examples into `num_bins` groups
+    whose sizes differ by at most one.
+    """
+    confidence = np.asarray(confidence, np.float64)
+    correct = np.asarray(correct, np.float64)
+    edges = np.linspace(0.0, 1.0, num_bins + 1)
+    which = np.clip(np.searchsorted(edges, confidence, side="right") - 1, 0, num_bins - 1)
+    width_bins = [np.nonzero(which == b)[0] for b in range(num_bins)]
+    w, gap = _bin_gaps(confidence, correct, width_bins)
+    mass_bins = np.array_split(np.argsort(confidence, kind="stable"), num_bins)
+    w_mass, gap_mass = _bin_gaps(confidence, correct, mass_bins)
+    return {
+        "ece": float(np.sum(w * gap)),
+        "aece": float(np.sum(w_mass * gap_mass)),
+        "mce": float(np.max(gap)),
+    }
+
+
+def reliability(confidence: np.ndarray, correct: np.ndarray, num_bins: int = 15) -> dict:
+    """Per equal-width bin: count, mean confidence and accuracy (NaN where empty), for plots."""
+    confidence, correct = np.asarray(confidence, np.float64), np.asarray(correct, np.float64)
+    edges = np.linspace(0.0, 1.0, num_bins + 1)
+    which = np.clip(np.searchsorted(edges, confidence, side="right") - 1, 0, num_bins - 1)
+    count = np.bincount(which, minlength=num_bins)
+    with np.errstate(invalid="ignore"):
+        conf = np.bincount(which, confidence, num_bins) / count
+        acc = np.bincount(which, correct, num_bins) / count
+    return {"edges": edges, "count": count, "confidence": conf, "accuracy": acc}
+
+
+def classification(probs: np.ndarray, labels: np.ndarray, num_bins: int = 15) -> dict[str, float]:
+    """Accuracy, NLL, Brier, ECE/aECE/MCE, predictive entropy; diversity when M > 1.
+
+    Args:
+      probs: member probabilities `[B, M, C]`, or `[B, C]` for a single model.
+      labels: `[B]` integer classes.
+      num_bins: calibration bins.
+
+    Returns:
+      Fractions and nats: `acc, nll, brier, ece, aece, mce, entropy`, and for M > 1
+      `mutual_information, disagreement, pairwise_kl`.
+
+    Raises:
+      ValueError: NaN/inf probabilities, empty input, or mismatched label count.
+    """
+    members = _member_probs(probs)
+    labels = np.asarray(labels)
+    B, M, C = members.shape
+    if labels.shape != (B,):
+        raise ValueError(f"labels must be [B] = [{B}], got shape {labels.shape}")
+    p = members.mean(axis=1)  # [B, C]
+    prediction = p.argmax(-1)
+    confidence = p.max(-1)
+    correct = (prediction == labels).astype(np.float64)
+    onehot = np.eye(C)[labels]
+    out = {
+        "acc": float(correct.mean()),
+        "nll": float(-np.log(np.maximum(p[np.arange(B), labels], _TINY)).mean()),
+        "brier": float(np.sum((p - onehot) ** 2, axis=-1).mean()),
+        **calibration(confidence, correct, num_bins),
+        "entropy": float(_entropy(p).mean()),
+    }
+    if M > 1:
+        out.update(diversity(members))
+    return out
+
+
+def diversity(members: np.ndarray) -> dict[str, float]:
+    """Mutual information, argmax disagreement and mean pairwise KL of members `[B, M, C]`.
+
+    MI is `H(p) - mean_m H(p_m)` (>= 0 by concavity; clipped at 0 against rounding).
+    Disagreement is, per example, the fraction of unordered member pairs whose argmax differ.
+    Pairwise KL is the mean of `KL(p_m || p_n)` over ordered pairs m != n.
+    """
+    members = _member_probs(members)
+    M = members.shape[1]
+    if M < 2:
+        raise ValueError(f"diversity needs at least two members, got M={M}")
+    mi = np.maximum(_entropy(members.mean(1)) - _entropy(members).mean(1), 0.0)
+    votes = members.argmax(-1)  # [B, M]
+    m, n = np.triu_indices(M, k=1)
+    disagreement = (votes[:, m] != votes[:, n]).mean(-1)
+    log_p = np.log(np.maximum(members, _TINY))  # [B, M, C]
+    kl = np.einsum("BMC,BMNC->BMN", members, log_p[:, :, None, :] - log_p[:, None, :, :])
+    off_diagonal = ~np.eye(M, dtype=bool)
+    return {
+        "mutual_information": float(mi.mean()),
+        "disagreement": float(disagreement.mean()),
+        "pairwise_kl": float(kl[:, off_diagonal].mean()),
+    }
+
+
+# ----------------------------------------------------------------------------- OOD scores
+
+OodScore = Literal["msp", "entropy", "mi", "energy"]
+
+
+def ood_score(
+    probs: np.ndarray, kind: OodScore = "msp", logits: np.ndarray | None = None
+) -> np.ndarray:
+    """Per-example OOD scores `[B]`, higher = more OOD.
+
+    Args:
+      probs: member probabilities `[B, M, C]` or `[B, C]`.
+      kind: `msp` (-max_c p_c), `entropy` (H(p)), `mi` (mutual information between members),
+        `energy` (-logsumexp_c of the member-mean logits; needs `logits`).
+      logits: member logits, same shape as `probs`, for `energy`.
+    """
+    members = _member_probs(probs)
+    p = members.mean(1)
+    if kind == "msp":
+        return -p.max(-1)
+    if kind == "entropy":
+        return _entropy(p)
+    if kind == "mi":
+        return np.maximum(_entropy(p) - _entropy(members).mean(1), 0.0)
+    if kind == "energy":
+        if logits is None:
+            raise ValueError("the energy score needs logits")
+        mean_logits = _member_probs(logits).mean(1)  # [B, C]
+        top = mean_logits.max(-1, keepdims=True)
+        return -(top[:, 0] + np.log(np.exp(mean_logits - top).sum(-1)))
+    raise ValueError(f"unknown OOD score {kind!r}; choose msp, entropy, mi or energy")
+
+
+def _roc_points(id_scores: np.ndarray, ood_scores: np.ndarray) -> tuple:
+    """ROC at every distinct threshold, from (0, 0): (fpr, tpr, tp, fp) with OOD positive."""
+    scores = np.concatenate([id_scores, ood_scores])
+    positive = np.concatenate([np.zeros(id_scores.size), np.ones(ood_scores.size)])
+    order = np.argsort(-scores, kind="stable")
+    scores, positive = scores[order], positive[order]
+    last_of_tie = np.r_[np.nonzero(np.diff(scores))[0], scores.size - 1]
+    tp = np.r_[0.0, np.cumsum(positive)[last_of_tie]]
+    fp = np.r_[0.0, np.cumsum(1 - positive)[last_of_tie]]
+    return fp / fp[-1], tp / tp[-1], tp, fp
+
+
+def _check_scores(scores: np.ndarray, name: str) -> np.ndarray:
+    scores = np.asarray(scores, np.float64).reshape(-1)
+    if scores.size < 2:
+        raise ValueError(f"{name} has {scores.size} example(s); OOD metrics need at least 2")
+    if not np.all(np.isfinite(scores)):
+        raise ValueError(f"{name} contains {int((~np.isfinite(scores)).sum())} NaN/inf scores")
+    return scores
+
+
+def ood(
+    id_scores: np.ndarray,
+    ood_scores: np.ndarray,
+    fpr95_convention: Literal["closest", "first_above"] = "closest",
+) -> dict[str, float]:
+    """AUROC, AUPR and FPR95 for separating OOD (positive) from ID by score (higher = OOD).
+
+    AUROC counts ties as half (as scikit-learn). AUPR is average precision with OOD positive.
+    FPR95: the fraction of ID examples flagged at the operating point whose OOD recall is
+    closest to 95% (ties to the larger FPR; torch-uncertainty's convention), or with
+    `fpr95_convention="first_above"` at the first point reaching 95%.
+
+    Returns:
+      `{"auroc", "aupr", "fpr95"}` as fractions in [0, 1].
+    """
+    id_scores = _check_scores(id_scores, "id_scores")
+    ood_scores = _check_scores(ood_scores, "ood_scores")
+    fpr, tpr, tp, fp = _roc_points(id_scores, ood_scores)
+    auroc = float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))
+    precision = tp[1:] / (tp[1:] + fp[1:])
+    aupr = float(np.sum(np.diff(tpr) * precision))
+    if fpr95_convention == "closest":
+        distance = np.abs(tpr - 0.95)
+        candidates = np.nonzero(np.isclose(distance, distance.min(), rtol=0, atol=1e-12))[0]
+        fpr95 = float(fpr[candidates].max())
+    elif fpr95_convention == "first_above":
+        fpr95 = float(fpr[np.argmax(tpr >= 0.95)])
+    else:
+        raise ValueError(f"unknown fpr95_convention {fpr95_convention!r}")
+    return {"auroc": auroc, "aupr": aupr, "fpr95": fpr95}

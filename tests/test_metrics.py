@@ -1,0 +1,156 @@
+"""Metrics against scikit-learn, hand-worked cases and properties."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
+
+from hydra_jax import metrics
+
+# Four binary examples worked by hand: confidences 0.9 (right), 0.9 (wrong), 0.65, 0.7 (right).
+HAND_PROBS = np.array([[0.1, 0.9], [0.1, 0.9], [0.35, 0.65], [0.7, 0.3]])
+HAND_LABELS = np.array([1, 0, 1, 0])
+
+
+def test_hand_worked_single_model():
+    m = metrics.classification(HAND_PROBS, HAND_LABELS)
+    assert m["acc"] == pytest.approx(0.75)
+    assert m["nll"] == pytest.approx(-(np.log(0.9) + np.log(0.1) + np.log(0.65) + np.log(0.7)) / 4)
+    assert m["brier"] == pytest.approx((0.02 + 1.62 + 0.245 + 0.18) / 4)
+    # Bins 13 (two at 0.9, accuracy 0.5), 9 (0.65) and 10 (0.7).
+    assert m["ece"] == pytest.approx(0.5 * 0.4 + 0.25 * 0.35 + 0.25 * 0.3)
+    assert m["mce"] == pytest.approx(0.4)
+    # Equal mass with 4 examples in 15 bins: one example per bin.
+    assert m["aece"] == pytest.approx((0.1 + 0.9 + 0.35 + 0.3) / 4)
+    h = lambda q: -(q * np.log(q) + (1 - q) * np.log(1 - q))  # noqa: E731
+    assert m["entropy"] == pytest.approx((2 * h(0.9) + h(0.65) + h(0.7)) / 4)
+    assert "mutual_information" not in m
+
+
+def test_hand_worked_ensemble():
+    members = np.array([[[0.8, 0.2], [0.2, 0.8]], [[0.6, 0.4], [0.7, 0.3]]])  # [B=2, M=2, C=2]
+    m = metrics.classification(members, np.array([0, 0]))
+    h = lambda q: -(q * np.log(q) + (1 - q) * np.log(1 - q))  # noqa: E731
+    mi_0 = np.log(2) - h(0.8)  # the mean is [0.5, 0.5]
+    mi_1 = h(0.65) - (h(0.6) + h(0.7)) / 2
+    assert m["mutual_information"] == pytest.approx((mi_0 + mi_1) / 2)
+    assert m["disagreement"] == pytest.approx(0.5)  # example 0 disagrees, example 1 agrees
+    kl_0 = 0.6 * np.log(4)  # KL([.8,.2] || [.2,.8]), symmetric here
+    kl_1 = (
+        0.6 * np.log(6 / 7) + 0.4 * np.log(4 / 3) + 0.7 * np.log(7 / 6) + 0.3 * np.log(3 / 4)
+    ) / 2
+    assert m["pairwise_kl"] == pytest.approx((kl_0 + kl_1) / 2)
+    assert m["acc"] == pytest.approx(1.0)  # example 0's mean is a tie, broken to class 0
+
+
+def test_nll_is_finite_at_zero_probability():
+    m = metrics.classification(np.array([[1.0, 0.0], [0.5, 0.5]]), np.array([1, 0]))
+    assert np.isfinite(m["nll"]) and m["nll"] > 300
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_probabilities_are_reported_not_averaged(bad):
+    probs = HAND_PROBS.copy()
+    probs[2, 0] = bad
+    with pytest.raises(ValueError, match=r"1 NaN/inf values in 1 examples \(first: \[2\]\)"):
+        metrics.classification(probs, HAND_LABELS)
+    with pytest.raises(ValueError, match="NaN/inf"):
+        metrics.ood_score(probs)
+
+
+def test_ood_set_with_one_example_is_refused():
+    with pytest.raises(ValueError, match="ood_scores has 1 example"):
+        metrics.ood(np.arange(5.0), np.array([3.0]))
+
+
+def test_labels_of_wrong_shape_are_refused():
+    with pytest.raises(ValueError, match=r"labels must be \[B\] = \[4\]"):
+        metrics.classification(HAND_PROBS, np.zeros(3, int))
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_auroc_and_aupr_match_sklearn(seed, ties):
+    rng = np.random.default_rng(seed)
+    id_scores, ood_scores = rng.normal(0, 1, 300), rng.normal(0.7, 1.2, 120)
+    if ties:  # coarse rounding creates many ties, across and within the two sets
+        id_scores, ood_scores = np.round(id_scores), np.round(ood_scores)
+    y = np.r_[np.zeros(300), np.ones(120)]
+    s = np.r_[id_scores, ood_scores]
+    m = metrics.ood(id_scores, ood_scores)
+    assert m["auroc"] == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+    assert m["aupr"] == pytest.approx(average_precision_score(y, s), abs=1e-12)
+    fpr, tpr, _ = roc_curve(y, s, drop_intermediate=False)
+    assert m["fpr95"] == pytest.approx(fpr[np.abs(tpr - 0.95) == np.abs(tpr - 0.95).min()].max())
+    first = metrics.ood(id_scores, ood_scores, fpr95_convention="first_above")["fpr95"]
+    assert first == pytest.approx(fpr[np.argmax(tpr >= 0.95)])
+
+
+def test_fpr95_conventions_differ_as_documented():
+    id_scores = np.array([0.1, 0.2, 0.3, 0.4])
+    # OOD recall is 0.94 down to the threshold 0.4 (FPR 0.25), then 1.0 at 0.3, where one ID
+    # example ties with the last OOD ones (FPR 0.5).
+    ood_scores = np.r_[np.full(47, 1.0), np.full(3, 0.3)]
+    assert metrics.ood(id_scores, ood_scores)["fpr95"] == 0.25  # 0.94 is closest to 0.95
+    first = metrics.ood(id_scores, ood_scores, fpr95_convention="first_above")["fpr95"]
+    assert first == 0.5
+
+
+def test_ood_scores_hand_worked():
+    members = np.array([[[0.9, 0.1], [0.7, 0.3]]])  # [1, 2, 2], mean [0.8, 0.2]
+    logits = np.array([[[2.0, 0.0], [0.0, 1.0]]])  # mean logits [1.0, 0.5]
+    assert metrics.ood_score(members, "msp") == pytest.approx([-0.8])
+    assert metrics.ood_score(members, "entropy") == pytest.approx(
+        [-(0.8 * np.log(0.8) + 0.2 * np.log(0.2))]
+    )
+    assert metrics.ood_score(members, "energy", logits) == pytest.approx(
+        [-np.log(np.exp(1.0) + np.exp(0.5))]
+    )
+    assert metrics.ood_score(members, "mi")[0] > 0
+
+
+probs_strategy = st.integers(2, 30).flatmap(
+    lambda B: st.tuples(
+        hnp.arrays(np.float64, (B, 3, 4), elements=st.floats(0.01, 1.0)),
+        hnp.arrays(np.int64, (B,), elements=st.integers(0, 3)),
+    )
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(probs_strategy, st.randoms(use_true_random=False))
+def test_classification_ranges_and_permutation_invariance(data, random):
+    raw, labels = data
+    probs = raw / raw.sum(-1, keepdims=True)
+    m = metrics.classification(probs, labels)
+    for key in ("acc", "ece", "aece", "mce", "disagreement"):
+        assert 0.0 <= m[key] <= 1.0 + 1e-12, key
+    assert 0.0 <= m["brier"] <= 2.0
+    assert m["nll"] >= 0 and m["mutual_information"] >= 0 and m["pairwise_kl"] >= -1e-12
+    order = list(range(len(labels)))
+    random.shuffle(order)
+    permuted = metrics.classification(probs[order], labels[order])
+    # Equal-mass bins of tied confidences may regroup under a permutation; all else is exact.
+    for key in m.keys() - {"aece"}:
+        assert permuted[key] == pytest.approx(m[key], abs=1e-12), key
+
+
+scores = hnp.arrays(
+    np.float64, st.integers(2, 40), elements=st.floats(-3, 3).map(lambda x: round(x, 1))
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(scores, scores, st.randoms(use_true_random=False))
+def test_ood_properties(id_scores, ood_scores, random):
+    m = metrics.ood(id_scores, ood_scores)
+    assert all(0.0 <= v <= 1.0 for v in m.values())
+    swapped = metrics.ood(ood_scores, id_scores)
+    assert swapped["auroc"] == pytest.approx(1.0 - m["auroc"], abs=1e-12)
+    shuffled_id = list(id_scores)
+    random.shuffle(shuffled_id)
+    assert metrics.ood(np.array(shuffled_id), ood_scores) == pytest.approx(m, abs=1e-12)

@@ -1,12 +1,19 @@
-# `make setup` is idempotent: it rebuilds the environment only when pyproject.toml changes.
+# `make setup` is idempotent: it rebuilds the environment only when pyproject.toml changes and
+# fetches the data source only when it is missing.
 PY ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 BIN := $(VENV)/bin
+DATA ?= $(or $(HYDRA_JAX_DATA),$(HOME)/.cache/hydra_jax)
+SOURCE := $(DATA)/downloads/vaderSentiment-3.3.2.tar.gz
 
-.PHONY: setup test lint bench clean
+.PHONY: setup test lint bench smoke baselines clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(SOURCE)
+
+# The text data (Rotten Tomatoes, NYT, tweets, Amazon sentences) ships in this sdist.
+$(SOURCE):
+	$(PY) -m pip download -q --no-deps --no-binary :all: vadersentiment==3.3.2 -d $(DATA)/downloads
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,6 +33,16 @@ test: lint
 
 bench: setup
 	$(BIN)/python -m bench.forward
+
+# About a minute: the uncertainty baselines on real data cut to a few hundred sentences.
+smoke: setup
+	$(BIN)/python train.py --config configs/minilm_mr.py:smoke --workdir runs/smoke
+	$(BIN)/python evaluate.py --config configs/minilm_mr.py:smoke --workdir runs/smoke
+
+# About 25 minutes: single / deep_ensemble / mc_dropout on the full data.
+baselines: setup
+	$(BIN)/python train.py --config configs/minilm_mr.py --workdir runs/minilm_mr
+	$(BIN)/python evaluate.py --config configs/minilm_mr.py --workdir runs/minilm_mr
 
 clean:
 	rm -rf $(VENV)

@@ -20,3 +20,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "torch" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def synthetic_data_dir(tmp_path_factory: pytest.TempPathFactory):
+    """A data dir whose source archive is synthetic (see tests/synthetic.py); prepared lazily."""
+    from synthetic import write_source
+
+    data_dir = tmp_path_factory.mktemp("data")
+    write_source(data_dir / "downloads")
+    return data_dir

@@ -126,6 +126,23 @@ class Model:
         return self.apply(self.params, **inputs)
 
 
+def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
+    """A BERT/ViT model with a freshly initialised `num_labels`-way classifier.
+
+    Initialised as `transformers` does (normal(0.02) kernel, zero bias), replacing any classifier
+    the model had. For BERT the classifier reads the tanh pooler, which must exist.
+    """
+    config = model.config
+    if not isinstance(config, BertConfig | ViTConfig):
+        raise TypeError(f"with_classifier takes BERT or ViT models, not {type(config).__name__}")
+    if isinstance(config, BertConfig) and not config.pooler:
+        raise ValueError("a BERT sequence classifier reads the pooler, which this model lacks")
+    width = config.encoder.width
+    kernel = 0.02 * jax.random.normal(rng, (width, num_labels), jnp.float32)
+    params = {**model.params, "classifier": {"kernel": kernel, "bias": jnp.zeros(num_labels)}}
+    return Model(dataclasses.replace(config, num_labels=num_labels), params)
+
+
 def dummy_inputs(config: ArchConfig) -> Mapping[str, jax.Array]:
     """The smallest batch that initialises every weight of `config`'s architecture."""
 

@@ -1,0 +1,104 @@
+"""`report.md` and plots from `results.json`-shaped dicts and saved predictions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from hydra_jax import metrics
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f}"
+
+
+def markdown(results: dict[str, Any], title: str) -> str:
+    """Tables of ID metrics, OOD metrics per set (MSP score) and costs; percentages."""
+    methods = results["methods"]
+    lines = [f"# {title}", ""]
+    lines += [
+        "## In-distribution test set",
+        "",
+        "| method | acc % | NLL | Brier | ECE % | aECE % | MCE % | entropy | MI | disagreement |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in methods.items():
+        m = r["id"]
+        extra = [f"{m[k]:.4f}" if k in m else "-" for k in ("mutual_information", "disagreement")]
+        lines.append(
+            f"| {name} | {_pct(m['acc'])} | {m['nll']:.4f} | {m['brier']:.4f} | {_pct(m['ece'])} "
+            f"| {_pct(m['aece'])} | {_pct(m['mce'])} | {m['entropy']:.4f} | {' | '.join(extra)} |"
+        )
+    ood_sets = [s for s in next(iter(methods.values()))["ood"] if s != "mean"]
+    lines += [
+        "",
+        "## OOD detection (MSP score; OOD is the positive class), AUROC / AUPR / FPR95 in %",
+        "",
+        "| method | " + " | ".join([*ood_sets, "mean"]) + " |",
+        "|---|" + "---|" * (len(ood_sets) + 1),
+    ]
+    for name, r in methods.items():
+        cells = [
+            f"{_pct(r['ood'][s]['auroc'])} / {_pct(r['ood'][s]['aupr'])} / "
+            f"{_pct(r['ood'][s]['fpr95'])}"
+            for s in [*ood_sets, "mean"]
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Cost (CPU, fp32; latency of one batch, median)",
+        "",
+        "| method | params | GFLOPs / example | latency ms | examples / s |",
+        "|---|---|---|---|---|",
+    ]
+    for name, r in methods.items():
+        c = r["cost"]
+        lines.append(
+            f"| {name} | {c['params']:,} | {c['flops_per_example'] / 1e9:.3f} | "
+            f"{c['latency_ms']:.1f} | {c['examples_per_s']:.1f} |"
+        )
+    if results.get("stages"):
+        lines += ["", "## Wall time per stage", "", "| stage | seconds |", "|---|---|"]
+        lines += [f"| {k} | {v:.1f} |" for k, v in results["stages"].items()]
+    lines += [
+        "",
+        "Metrics are recomputable from `predictions/NAME.npz` with `hydra_jax.metrics`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def reliability_plot(path: Path, probs: np.ndarray, labels: np.ndarray, title: str) -> None:
+    p = probs.mean(1) if probs.ndim == 3 else probs
+    confidence = p.max(-1)
+    correct = (p.argmax(-1) == labels).astype(float)
+    r = metrics.reliability(confidence, correct)
+    centres = (r["edges"][:-1] + r["edges"][1:]) / 2
+    fig, ax = plt.subplots(figsize=(4, 4))
+    ax.bar(centres, np.nan_to_num(r["accuracy"]), width=1 / len(centres), edgecolor="k",
+           alpha=0.7, label="accuracy")  # fmt: skip
+    ax.plot([0, 1], [0, 1], "r--", label="perfect calibration")
+    ax.set(xlabel="confidence", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1), title=title)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def ood_histogram(path: Path, id_scores: np.ndarray, ood_scores: dict, title: str) -> None:
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    bins = np.linspace(-1, -0.5, 26)
+    ax.hist(id_scores, bins=bins, density=True, alpha=0.5, label="ID test")
+    for name, scores in ood_scores.items():
+        ax.hist(scores, bins=bins, density=True, histtype="step", linewidth=1.5, label=name)
+    ax.set(xlabel="MSP score (-max p), higher = more OOD", ylabel="density", title=title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

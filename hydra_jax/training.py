@@ -1,0 +1,199 @@
+"""Fine-tuning: one jitted train step (AdamW, warm-up, linear decay), orbax checkpoints, resume.
+
+A run is a pure function of (model, data, settings): batch order comes from `(seed, epoch)`,
+dropout keys from `(seed, step)`. So a run killed and restarted from its last checkpoint ends
+with exactly the parameters of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from flax import struct
+from tqdm.auto import tqdm
+
+from hydra_jax.data.text import epoch_batches, pad_batch
+from hydra_jax.models import Model
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+    epochs: float = 3.0
+    batch_size: int = 32
+    learning_rate: float = 5e-5
+    warmup_fraction: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    checkpoint_every: int = 200
+    log_every: int = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizedSet:
+    """Token id arrays (ragged) and integer labels `[N]`."""
+
+    tokens: list[np.ndarray]
+    labels: np.ndarray
+    pad_id: int = 0
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.array([t.size for t in self.tokens])
+
+    def batch(self, index: np.ndarray, batch_size: int | None = None) -> dict[str, np.ndarray]:
+        batch = pad_batch([self.tokens[i] for i in index], self.pad_id, batch_size)
+        labels = self.labels[index]
+        if batch_size is not None:
+            labels = np.concatenate([labels, np.repeat(labels[:1], batch_size - len(index))])
+        return {**batch, "labels": labels}
+
+
+@struct.dataclass
+class TrainState:
+    step: jax.Array  # [] int32
+    params: Any
+    opt_state: Any
+    data_position: jax.Array  # [2] int32: (epoch, batch in epoch) of the next batch
+
+
+def _decay_mask(params: Any) -> Any:
+    """Weight decay on matrices only: not on biases, LayerNorm scales or embeddings' norms."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: x.ndim > 1 and "embedding" not in jax.tree_util.keystr(path), params
+    )
+
+
+def make_optimizer(settings: TrainSettings, total_steps: int) -> optax.GradientTransformation:
+    warmup = int(settings.warmup_fraction * total_steps)
+    schedule = optax.join_schedules(
+        [
+            optax.linear_schedule(0.0, settings.learning_rate, max(warmup, 1)),
+            optax.linear_schedule(settings.learning_rate, 0.0, max(total_steps - warmup, 1)),
+        ],
+        [warmup],
+    )
+    return optax.chain(
+        optax.clip_by_global_norm(settings.max_grad_norm),
+        optax.adamw(schedule, weight_decay=settings.weight_decay, mask=_decay_mask),
+    )
+
+
+def schedule_length(num_examples: int, settings: TrainSettings) -> tuple[int, int]:
+    """(steps per epoch, total steps); incomplete batches are dropped."""
+    steps_per_epoch = num_examples // settings.batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(
+            f"{num_examples} training examples do not fill one batch of {settings.batch_size}"
+        )
+    return steps_per_epoch, max(1, int(settings.epochs * steps_per_epoch))
+
+
+def make_train_step(model: Model, optimizer: optax.GradientTransformation):
+    """`step(state, batch, dropout_key) -> (state, metrics)`, jitted with the state donated.
+
+    The seed enters only through the key, so ensemble members share one compiled step.
+    """
+
+    def loss_fn(params: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple:
+        logits = model.apply(params, **batch, dropout_rng=key).logits  # [B, C]
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
+        accuracy = (logits.argmax(-1) == batch["labels"]).mean()
+        return loss, accuracy
+
+    def step(state: TrainState, batch: dict[str, jax.Array], key: jax.Array) -> tuple:
+        (loss, accuracy), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state.params, batch, key
+        )
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        new = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+        return new, {"loss": loss, "accuracy": accuracy, "grad_norm": optax.tree.norm(grads)}
+
+    return jax.jit(step, donate_argnums=0)
+
+
+def fit(
+    model: Model,
+    train: TokenizedSet,
+    settings: TrainSettings,
+    workdir: str | Path,
+    *,
+    stop_after: int | None = None,
+    resume_only: bool = False,
+    step_fn: Any = None,
+) -> Model:
+    """Fine-tunes `model` on `train`, checkpointing to `workdir/checkpoints`, resuming if present.
+
+    Args:
+      model: the model with a classifier.
+      train: tokenised training set.
+      settings: optimiser and schedule.
+      workdir: where checkpoints and `metrics.jsonl` go.
+      stop_after: stop (as if killed) once this many steps are done; for tests.
+      resume_only: only restore a finished run; raise if it is not finished.
+      step_fn: a `make_train_step` result to reuse (same model config and optimiser settings).
+
+    Returns:
+      The model with fine-tuned parameters.
+    """
+    workdir = Path(workdir).absolute()
+    workdir.mkdir(parents=True, exist_ok=True)
+    steps_per_epoch, total_steps = schedule_length(len(train.tokens), settings)
+    optimizer = make_optimizer(settings, total_steps)
+    params = jax.tree.map(jnp.array, model.params)  # a copy: the step donates its input
+    state = TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=optimizer.init(params),
+        data_position=jnp.zeros((2,), jnp.int32),
+    )
+    manager = ocp.CheckpointManager(
+        workdir / "checkpoints",
+        options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True),
+    )
+    if manager.latest_step() is not None:
+        state = manager.restore(manager.latest_step(), args=ocp.args.StandardRestore(state))
+    start = int(state.step)
+    if resume_only and start < total_steps:
+        raise FileNotFoundError(
+            f"{workdir} holds no finished training run (step {start} of {total_steps}); "
+            "run train.py with this config and workdir first"
+        )
+    step_fn = step_fn or make_train_step(model, optimizer)
+    base_key = jax.random.key(settings.seed)
+    lengths = train.lengths
+    epoch_cache: dict[int, list[np.ndarray]] = {}
+    log = (workdir / "metrics.jsonl").open("a")
+    progress = tqdm(total=total_steps, initial=start, desc=f"train {workdir.name}", leave=False)
+    for step in range(start, total_steps):
+        epoch, index = divmod(step, steps_per_epoch)
+        if epoch not in epoch_cache:
+            epoch_cache = {epoch: epoch_batches(lengths, settings.batch_size, settings.seed, epoch)}
+        key = jax.random.fold_in(base_key, step)
+        state, metrics = step_fn(state, train.batch(epoch_cache[epoch][index]), key)
+        state = state.replace(data_position=jnp.array(divmod(step + 1, steps_per_epoch)))
+        progress.update(1)
+        done = step + 1
+        if done % settings.log_every == 0 or done == total_steps:
+            record = {"step": done, **{k: float(v) for k, v in metrics.items()}}
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+            progress.set_postfix(loss=f"{record['loss']:.3f}")
+        if done % settings.checkpoint_every == 0 or done == total_steps:
+            manager.save(done, args=ocp.args.StandardSave(state))
+        if stop_after is not None and done >= stop_after:
+            break
+    manager.wait_until_finished()
+    manager.close()
+    progress.close()
+    log.close()
+    return Model(model.config, state.params)

@@ -1,0 +1,103 @@
+"""TFDS builders on a synthetic source in the real format; tokenisation and batching."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hydra_jax as hj
+from hydra_jax import data
+from hydra_jax.data.text import TextEncoder, epoch_batches, eval_batches, pad_batch
+
+
+def test_movie_review_splits_and_labels(synthetic_data_dir):
+    splits = {
+        s: data.load("movie_reviews", s, synthetic_data_dir)
+        for s in ("train", "validation", "test")
+    }
+    assert {s: len(v) for s, v in splits.items()} == {
+        "train": 8005,
+        "validation": 1000,
+        "test": 1600,
+    }
+    ids = [int(i) for v in splits.values() for i in v.ids]
+    assert sorted(ids) == list(range(1, 10606))  # a partition of every row
+    test = splits["test"]
+    labels = dict(zip(test.ids, test.labels, strict=True))
+    assert all(labels[i] == (1 if int(i) <= 5152 else 0) for i in test.ids)
+    # The split is the documented permutation, not TFDS's storage order.
+    expected_test = np.sort(np.random.default_rng(0).permutation(10605)[:1600] + 1)
+    np.testing.assert_array_equal(np.array([int(i) for i in test.ids]), expected_test)
+    assert any("wonderful" in t or "moving" in t for t in test.texts)
+
+
+@pytest.mark.parametrize(
+    ("name", "n"), [("nyt_editorials", 60), ("tweets", 45), ("amazon_reviews", 40)]
+)
+def test_ood_splits(synthetic_data_dir, name, n):
+    validation = data.load(name, "validation", synthetic_data_dir)
+    test = data.load(name, "test", synthetic_data_dir)
+    assert len(validation) == round(0.2 * n) and len(validation) + len(test) == n
+    assert not set(validation.ids) & set(test.ids)
+    assert np.all(test.labels == data.NO_LABEL)
+
+
+def test_prepare_is_idempotent(synthetic_data_dir):
+    root = data.prepare(synthetic_data_dir)
+    files = sorted(root.rglob("*.array_record*"))
+    stamps = [f.stat().st_mtime_ns for f in files]
+    data.prepare(synthetic_data_dir)
+    assert [f.stat().st_mtime_ns for f in sorted(root.rglob("*.array_record*"))] == stamps
+
+
+def test_missing_source_names_the_fetch_command(tmp_path):
+    with pytest.raises(
+        FileNotFoundError, match=r"pip download --no-deps --no-binary :all: vadersentiment==3\.3\.2"
+    ):
+        data.load("tweets", "test", tmp_path)
+
+
+def test_unknown_set(synthetic_data_dir):
+    with pytest.raises(ValueError, match="unknown sentence set 'imdb'"):
+        data.load("imdb", "test", synthetic_data_dir)
+
+
+def test_encoder_uses_checkpoint_tokenizer_without_its_fixed_padding():
+    encoder = TextEncoder(hj.minilm_l6_path(), max_tokens=64)
+    short, long = encoder(["Dull.", "word " * 200])
+    assert short.tolist()[0] == 101 and short.tolist()[-1] == 102  # [CLS] ... [SEP]
+    assert short.size == 4  # [CLS] dull . [SEP]: not padded to 128
+    assert long.size == 64 and long[-1] == 102  # truncated to the cap, [SEP] kept
+
+
+def test_pad_batch_pads_per_batch_to_multiple_of_16():
+    tokens = [np.arange(1, 6), np.arange(1, 19)]
+    batch = pad_batch(tokens, pad_id=0, batch_size=4)
+    assert batch["input_ids"].shape == (4, 32)
+    np.testing.assert_array_equal(batch["attention_mask"].sum(1), [5, 18, 5, 5])
+    np.testing.assert_array_equal(batch["input_ids"][2], batch["input_ids"][0])
+    with pytest.raises(ValueError, match="empty batch"):
+        pad_batch([], pad_id=0)
+    with pytest.raises(ValueError, match="all padding"):
+        pad_batch([np.arange(3), np.zeros(0, np.int32)], pad_id=0)
+
+
+def test_epoch_batches_are_deterministic_bucketed_and_complete():
+    lengths = np.random.default_rng(0).integers(3, 60, 1000)
+    a = epoch_batches(lengths, 32, seed=1, epoch=2)
+    b = epoch_batches(lengths, 32, seed=1, epoch=2)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert len(a) == 1000 // 32 and all(len(x) == 32 for x in a)
+    flat = np.concatenate(a)
+    assert len(set(flat)) == flat.size  # no example twice in an epoch
+    spread = np.mean([np.ptp(lengths[x]) for x in a])
+    assert spread < 10  # bucketed batches are nearly uniform in length (random ones: ~55)
+    other = epoch_batches(lengths, 32, seed=1, epoch=3)
+    assert not np.array_equal(np.concatenate(other), flat)
+
+
+def test_eval_batches_cover_every_example_once():
+    lengths = np.random.default_rng(1).integers(3, 60, 101)
+    batches = eval_batches(lengths, 32)
+    assert [len(b) for b in batches] == [32, 32, 32, 5]
+    assert sorted(np.concatenate(batches).tolist()) == list(range(101))

@@ -1,0 +1,80 @@
+"""The smoke config end to end (train + evaluate) on the synthetic source with the real MiniLM."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hydra_jax import metrics, pipeline
+from hydra_jax.evaluation import method_metrics
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from configs import minilm_mr
+
+
+@pytest.fixture(scope="module")
+def smoke_run(synthetic_data_dir, tmp_path_factory):
+    config = minilm_mr.get_config("smoke")
+    config.data_dir = str(synthetic_data_dir)
+    workdir = tmp_path_factory.mktemp("smoke")
+    pipeline.train(config, workdir)
+    results = pipeline.evaluate(config, workdir)
+    return config, workdir, results
+
+
+def test_every_artefact_exists(smoke_run):
+    config, workdir, results = smoke_run
+    assert json.loads((workdir / "results.json").read_text()) == results
+    assert (workdir / "report.md").read_text().startswith("# MiniLM-L6")
+    assert json.loads((workdir / "config.json").read_text())["ensemble_size"] == 2
+    for name in config.methods:
+        assert (workdir / "predictions" / f"{name}.npz").is_file()
+        assert (workdir / "plots" / f"reliability_{name}.png").stat().st_size > 1000
+        assert (workdir / "plots" / f"ood_scores_{name}.png").stat().st_size > 1000
+        cost = results["methods"][name]["cost"]
+        assert cost["params"] > 2e7 and cost["flops_per_example"] > 0 and cost["latency_ms"] > 0
+    for seed in (0, 1):
+        assert (workdir / "members" / f"seed_{seed}" / "metrics.jsonl").is_file()
+
+
+def test_results_equal_metrics_recomputed_from_predictions(smoke_run):
+    config, workdir, results = smoke_run
+    for name in config.methods:
+        with np.load(workdir / "predictions" / f"{name}.npz") as npz:
+            predictions = dict(npz)
+        members = {"single": 1, "deep_ensemble": 2, "mc_dropout": 3}[name]
+        assert predictions["id_probs"].shape == (96, members, 2)
+        recomputed = method_metrics(predictions, list(config.data.ood_sets))
+        assert recomputed["id"] == results["methods"][name]["id"]
+        assert recomputed["ood"] == results["methods"][name]["ood"]
+        # And directly from the public metric functions, as a user would.
+        acc = metrics.classification(predictions["id_probs"], predictions["labels"])["acc"]
+        assert acc == results["methods"][name]["id"]["acc"]
+        id_score = metrics.ood_score(predictions["id_probs"])
+        tweets = metrics.ood(id_score, metrics.ood_score(predictions["ood_tweets_probs"]))
+        assert tweets["auroc"] == results["methods"][name]["ood"]["tweets"]["auroc"]
+
+
+def test_smoke_training_learns_the_synthetic_task(smoke_run):
+    _, _, results = smoke_run
+    # Sentiment words decide the synthetic labels; 12 steps already beat chance clearly.
+    assert results["methods"]["single"]["id"]["acc"] > 0.7
+
+
+def test_config_is_locked_against_typos():
+    config = minilm_mr.get_config()
+    with pytest.raises(AttributeError, match="epochz"):
+        config.train.epochz = 3
+    with pytest.raises(ValueError, match="unknown config variant 'smok'"):
+        minilm_mr.get_config("smok")
+
+
+def test_evaluate_refuses_an_untrained_workdir(synthetic_data_dir, tmp_path):
+    config = minilm_mr.get_config("smoke")
+    config.data_dir = str(synthetic_data_dir)
+    with pytest.raises(FileNotFoundError, match="no finished training run"):
+        pipeline.evaluate(config, tmp_path)

@@ -1,6 +1,6 @@
 """hydra_jax: uncertainty-aware, efficient transformers (Hydra Ensembles, HIES) in JAX."""
 
-from hydra_jax import models
+from hydra_jax import heads, metrics, models
 from hydra_jax.convert import ConversionError, from_pretrained, minilm_l6_path, save_pretrained
 from hydra_jax.models import Model
 
@@ -8,6 +8,8 @@ __all__ = [
     "ConversionError",
     "Model",
     "from_pretrained",
+    "heads",
+    "metrics",
     "minilm_l6_path",
     "models",
     "save_pretrained",

@@ -47,7 +47,7 @@ def test_head_mask_gradient_matches_float64_finite_differences(tiny):
     with jax.enable_x64(True):
         params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), model.params)
         mask = jnp.asarray(np.random.default_rng(1).uniform(0.5, 1.0, (L, N)), jnp.float64)
-        loss = functools.partial(loss_fn, model, params, batch=batch)
+        loss = jax.jit(functools.partial(loss_fn, model, params, batch=batch))
         grad = np.asarray(jax.grad(loss)(mask))
         eps = 1e-6
         numeric = np.zeros((L, N))

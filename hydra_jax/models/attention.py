@@ -32,6 +32,13 @@ def padding_bias(attention_mask: jax.Array, dtype: jnp.dtype, causal: bool = Fal
     return jnp.where(allowed, jnp.zeros((), dtype), jnp.finfo(dtype).min)
 
 
+def _kernel_init(key: jax.Array, shape: tuple[int, ...], dtype: jnp.dtype) -> jax.Array:
+    # A pruned layer may have zero heads: a zero-size kernel, where fan-in scaling divides by 0.
+    if 0 in shape:
+        return jnp.zeros(shape, dtype)
+    return nn.initializers.lecun_normal()(key, shape, dtype)
+
+
 class Attention(nn.Module):
     """Self-attention whose per-head context is scaled by `head_mask` before the output projection.
 
@@ -71,7 +78,9 @@ class Attention(nn.Module):
         N, K = self.num_heads, self.head_dim
 
         def projection(name: str) -> nn.DenseGeneral:
-            return nn.DenseGeneral((N, K), use_bias=self.qkv_bias, name=name)
+            return nn.DenseGeneral(
+                (N, K), use_bias=self.qkv_bias, kernel_init=_kernel_init, name=name
+            )
 
         q = projection("query")(x)  # [B, T, N, K]
         k = projection("key")(x)  # [B, S, N, K]
@@ -82,5 +91,7 @@ class Attention(nn.Module):
         context = jnp.einsum("BNTS,BSNK->BTNK", dropped, v)
         if head_mask is not None:
             context = context * head_mask.astype(x.dtype)[None, None, :, None]
-        out = nn.DenseGeneral(self.width, axis=(-2, -1), name="out")(context)  # [B, T, D]
+        out = nn.DenseGeneral(self.width, axis=(-2, -1), kernel_init=_kernel_init, name="out")(
+            context
+        )  # [B, T, D]
         return out, probs

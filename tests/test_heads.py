@@ -127,24 +127,23 @@ def test_hies_and_baselines_follow_their_formulas(bert):
     norm = lambda x: (x - x.min()) / (x.max() - x.min())  # noqa: E731
     for alpha in (0.0, 0.3, 1.0):
         expected = alpha * norm(his) + (1 - alpha) * (1 - norm(entropy))
-        np.testing.assert_allclose(score(model, [batch], "hies", alpha=alpha), expected, atol=1e-12)
-    np.testing.assert_allclose(score(model, [batch], "ad"), 1 - entropy)
-    np.testing.assert_allclose(score(model, [batch], "taylor"), his)
-    l2 = score(model, method="l2")
-    q = np.asarray(model.params["encoder"]["layer_1"]["attention"]["query"]["kernel"])[:, 2]
-    k = np.asarray(model.params["encoder"]["layer_1"]["attention"]["key"]["kernel"])[:, 2]
-    v = np.asarray(model.params["encoder"]["layer_1"]["attention"]["value"]["kernel"])[:, 2]
-    o = np.asarray(model.params["encoder"]["layer_1"]["attention"]["out"]["kernel"])[2]
-    assert l2[1, 2] == pytest.approx(
-        np.sqrt((q**2).sum() + (k**2).sum() + (v**2).sum() + (o**2).sum())
+        np.testing.assert_allclose(hies(his, entropy, alpha), expected, atol=1e-12)
+    np.testing.assert_allclose(
+        score(model, [batch], "hies", alpha=0.3), hies(his, entropy, 0.3), atol=1e-9
     )
+    np.testing.assert_allclose(score(model, [batch], "ad"), 1 - entropy, atol=1e-9)
+    normalized = score(model, [batch], "taylor", layer_normalize=True)
+    np.testing.assert_allclose(normalized, his / np.linalg.norm(his, axis=1, keepdims=True))
+    l2 = score(model, method="l2", global_minmax=True)
+    assert l2.min() == 0.0 and l2.max() == 1.0
+    attention = model.params["encoder"]["layer_1"]["attention"]
+    q, k, v = (np.asarray(attention[n]["kernel"])[:, 2] for n in ("query", "key", "value"))
+    o = np.asarray(attention["out"]["kernel"])[2]
+    expected = np.sqrt((q**2).sum() + (k**2).sum() + (v**2).sum() + (o**2).sum())
+    assert score(model, method="l2")[1, 2] == pytest.approx(expected)
     r0, r1 = score(model, method="random", seed=0), score(model, method="random", seed=1)
     assert r0.shape == (L, N) and not np.allclose(r0, r1)
     np.testing.assert_array_equal(r0, score(model, method="random", seed=0))
-    normalized = score(model, [batch], "taylor", layer_normalize=True)
-    np.testing.assert_allclose(np.linalg.norm(normalized, axis=1), 1.0)
-    scaled = score(model, [batch], "taylor", global_minmax=True)
-    assert scaled.min() == 0.0 and scaled.max() == 1.0
 
 
 def test_bad_scoring_input(bert):

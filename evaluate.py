@@ -8,7 +8,7 @@ from pathlib import Path
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from hydra_jax import pipeline
+from hydra_jax import pipeline, pruning
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "experiment config file", lock_config=True
@@ -20,7 +20,9 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv: list[str]) -> None:
     del argv
     logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
-    pipeline.evaluate(_CONFIG.value, Path(_WORKDIR.value))
+    config, workdir = _CONFIG.value, Path(_WORKDIR.value)
+    experiments = {"baselines": pipeline.evaluate, "pruning": pruning.run}
+    experiments[config.experiment](config, workdir)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,12 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv: list[str]) -> None:
     del argv
     logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
-    pipeline.train(_CONFIG.value, Path(_WORKDIR.value))
+    config = _CONFIG.value
+    if config.experiment != "baselines":
+        raise app.UsageError(
+            f"{config.experiment!r} configs have nothing to train; use evaluate.py"
+        )
+    pipeline.train(config, Path(_WORKDIR.value))
 
 
 if __name__ == "__main__":

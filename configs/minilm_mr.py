@@ -23,6 +23,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if arg not in ("", "smoke"):
         raise ValueError(f"unknown config variant {arg!r}; use '' or 'smoke'")
     c = ml_collections.ConfigDict()
+    c.experiment = "baselines"
     c.title = "MiniLM-L6 on Rotten Tomatoes sentences"
     c.checkpoint = ""  # a local HF directory; "" = the embedded all-MiniLM-L6-v2
     c.data_dir = ""  # "" = $HYDRA_JAX_DATA or ~/.cache/hydra_jax

@@ -90,14 +90,16 @@ def train(
     workdir: Path,
     text: TextData | None = None,
     resume_only: bool = False,
+    seeds: list[int] | None = None,
 ) -> list[Model]:
     """Fine-tunes (or, finished, restores) one classifier per member seed."""
     workdir = Path(workdir)
-    write_config(config, workdir)
+    if not resume_only:
+        write_config(config, workdir)
     text = text or load_data(config)
     base = from_pretrained(checkpoint_dir(config))
     models, step_fn, timings = [], None, {}
-    for seed in member_seeds(config):
+    for seed in member_seeds(config) if seeds is None else seeds:
         settings = TrainSettings(**config.train.to_dict(), seed=seed)
         model = with_classifier(base, NUM_CLASSES, jax.random.key(seed))
         if step_fn is None:
@@ -111,6 +113,16 @@ def train(
     if not resume_only:
         (workdir / "train_timings.json").write_text(json.dumps(timings, indent=2))
     return models
+
+
+def trained(workdir: Path, seeds: list[int] | None = None) -> tuple[list[Model], TextData]:
+    """The finished members of a `train.py` workdir, from its resolved `config.json`."""
+    config_file = Path(workdir) / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{config_file} not found: train the base model first")
+    config = ml_collections.ConfigDict(json.loads(config_file.read_text()))
+    text = load_data(config)
+    return train(config, workdir, text, resume_only=True, seeds=seeds), text
 
 
 def methods(config: ml_collections.ConfigDict, models: list[Model]) -> list[Method]:

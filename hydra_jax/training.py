@@ -49,6 +49,11 @@ class TokenizedSet:
     def lengths(self) -> np.ndarray:
         return np.array([t.size for t in self.tokens])
 
+    def subset(self, n: int, seed: int = 0) -> TokenizedSet:
+        """`n` examples drawn without replacement with `seed` (all of them if n >= N)."""
+        index = np.random.default_rng(seed).permutation(len(self.tokens))[:n]
+        return TokenizedSet([self.tokens[i] for i in index], self.labels[index], self.pad_id)
+
     def batch(self, index: np.ndarray, batch_size: int | None = None) -> dict[str, np.ndarray]:
         batch = pad_batch([self.tokens[i] for i in index], self.pad_id, batch_size)
         labels = self.labels[index]

@@ -1,0 +1,47 @@
+"""Pruning curves of the fine-tuned MiniLM-L6 (seed 0 of configs/minilm_mr.py), no fine-tuning.
+
+Criteria random (3 seeds), l2, his, ad, hies; 0..70% of the 72 heads removed (global top-k);
+scores from 32 training sentences (the HIES default); HIES alpha chosen per ratio on the
+validation split from {0, 0.1, ..., 0.9}. OOD AUROC on 1,000 sentences of each OOD test set.
+
+Needs the trained baseline workdir (`make baselines`, or train.py with configs/minilm_mr.py), then
+(about 15 minutes on 2 CPU cores):
+
+    python evaluate.py --config configs/prune_minilm_mr.py --workdir runs/prune_minilm_mr
+
+Smoke variant (on the smoke baseline workdir runs/smoke; about a minute):
+
+    python evaluate.py --config configs/prune_minilm_mr.py:smoke --workdir runs/prune_smoke
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+
+def get_config(arg: str = "") -> ml_collections.ConfigDict:
+    if arg not in ("", "smoke"):
+        raise ValueError(f"unknown config variant {arg!r}; use '' or 'smoke'")
+    c = ml_collections.ConfigDict()
+    c.experiment = "pruning"
+    c.title = "Head pruning curves: MiniLM-L6 on Rotten Tomatoes sentences"
+    c.base_workdir = "runs/minilm_mr"
+    c.calibration_size = 32
+    c.calibration_seed = 0
+    c.ratios = tuple(round(0.1 * i, 1) for i in range(8))
+    c.criteria = ("random", "l2", "his", "ad", "hies")
+    c.random_seeds = (0, 1, 2)
+    c.alphas = tuple(round(0.1 * i, 1) for i in range(10))
+    c.ood_limit = 1000
+    c.eval_batch_size = 64
+    if arg == "smoke":
+        c.title += " (smoke)"
+        c.base_workdir = "runs/smoke"
+        c.calibration_size = 16
+        c.ratios = (0.0, 0.3, 0.6)
+        c.random_seeds = (0, 1)
+        c.alphas = (0.0, 0.5)
+        c.ood_limit = 48
+        c.eval_batch_size = 32
+    c.lock()
+    return c

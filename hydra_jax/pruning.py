@@ -1,0 +1,239 @@
+"""Pruning curves: one-shot head pruning of a fine-tuned classifier by each criterion.
+
+For every ratio in `config.ratios` and criterion in `config.criteria` (random over several
+seeds, l2, his, ad, hies), heads are removed by global top-k with no fine-tuning, and the pruned
+model is scored on the ID test set (accuracy, stability, ECE, NLL) and the OOD test sets (MSP
+AUROC). HIES's alpha is chosen per ratio on the ID validation split. Stability is OUR
+definition (the HIES paper gives none): the percentage of test examples whose predicted class
+equals the unpruned model's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import ml_collections
+import numpy as np
+from tqdm.auto import tqdm
+
+from hydra_jax import data, metrics, pipeline
+from hydra_jax.data.text import eval_batches
+from hydra_jax.evaluation import softmax
+from hydra_jax.heads import hies, his_and_entropy, keep_mask, score
+from hydra_jax.models import Model
+from hydra_jax.training import TokenizedSet
+
+CURVE_METRICS = ("acc", "stability", "ece", "nll", "ood_auroc")
+
+
+def calibration_batches(train: TokenizedSet, size: int, seed: int, batch_size: int) -> list:
+    """`size` training examples drawn with `seed`, as labelled batches."""
+    index = np.random.default_rng(seed).permutation(len(train.tokens))[:size]
+    return [train.batch(index[i : i + batch_size]) for i in range(0, size, batch_size)]
+
+
+class MaskedPredictor:
+    """Logits of one model under any head mask; compiled once per padded shape."""
+
+    def __init__(self, model: Model, batch_size: int):
+        self.model, self.batch_size = model, batch_size
+        self._forward = jax.jit(
+            lambda params, mask, batch: model.apply(params, **batch, head_mask=mask).logits
+        )
+
+    def __call__(self, mask: np.ndarray, dataset: TokenizedSet) -> np.ndarray:
+        out = np.zeros((len(dataset.tokens), self.model.config.num_labels), np.float32)
+        mask = np.asarray(mask, np.float32)
+        for index in eval_batches(dataset.lengths, self.batch_size):
+            logits = self._forward(self.model.params, mask, dataset.batch(index, self.batch_size))
+            out[index] = np.asarray(logits)[: len(index)]
+        return out
+
+
+def curve_point(
+    predict: MaskedPredictor,
+    mask: np.ndarray,
+    test: TokenizedSet,
+    ood: dict[str, TokenizedSet],
+    reference: np.ndarray,
+) -> dict[str, Any]:
+    """The metrics of one pruned model; `reference` is the unpruned model's test predictions."""
+    probs = softmax(predict(mask, test))
+    classification = metrics.classification(probs, test.labels)
+    id_score = metrics.ood_score(probs)
+    auroc = {
+        name: metrics.ood(id_score, metrics.ood_score(softmax(predict(mask, s))))["auroc"]
+        for name, s in ood.items()
+    }
+    return {
+        "acc": classification["acc"],
+        "stability": float(np.mean(probs.argmax(-1) == reference)),
+        "ece": classification["ece"],
+        "nll": classification["nll"],
+        "ood_auroc": float(np.mean(list(auroc.values()))),
+        "ood_auroc_per_set": auroc,
+        "heads_kept": int(mask.sum()),
+    }
+
+
+def run(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
+    """Computes every pruning curve; writes results.json, report.md and plots/."""
+    workdir = Path(workdir)
+    pipeline.write_config(config, workdir)
+    start = time.perf_counter()
+    (model,), text = pipeline.trained(Path(config.base_workdir), seeds=[0])
+    base_config = json.loads((Path(config.base_workdir) / "config.json").read_text())
+    validation = _validation_set(base_config)
+    ood = {
+        name: s.subset(config.ood_limit) if config.ood_limit else s for name, s in text.ood.items()
+    }
+    calibration = calibration_batches(
+        text.train, config.calibration_size, config.calibration_seed, config.calibration_size
+    )
+    stages = {"load": time.perf_counter() - start}
+
+    start = time.perf_counter()
+    his, entropy = his_and_entropy(model, calibration)
+    scores = {"his": his, "ad": 1 - entropy, "l2": score(model, method="l2")}
+    for seed in config.random_seeds:
+        scores[f"random_{seed}"] = score(model, method="random", seed=seed)
+    stages["scores (HIS + AE + l2)"] = time.perf_counter() - start
+
+    predict = MaskedPredictor(model, config.eval_batch_size)
+    L, N = his.shape
+    full = np.ones((L, N), np.float32)
+    reference = predict(full, text.test).argmax(-1)
+
+    start = time.perf_counter()
+    alphas = {}
+    for ratio in config.ratios:
+        accuracy = {}
+        for alpha in config.alphas:
+            keep = keep_mask(hies(his, entropy, alpha), ratio=ratio)
+            accuracy[alpha] = float(
+                np.mean(predict(keep, validation).argmax(-1) == validation.labels)
+            )
+        alphas[str(ratio)] = max(config.alphas, key=lambda a: (accuracy[a], -a))
+    stages["alpha selection (validation)"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    curves: dict[str, dict[str, Any]] = {}
+    jobs = [(c, r) for c in config.criteria for r in config.ratios]
+    for criterion, ratio in tqdm(jobs, desc="pruning curves"):
+        names = (
+            [f"random_{s}" for s in config.random_seeds] if criterion == "random" else [criterion]
+        )
+        points = []
+        for name in names:
+            s = hies(his, entropy, alphas[str(ratio)]) if name == "hies" else scores[name]
+            keep = keep_mask(s, ratio=ratio)
+            points.append(curve_point(predict, keep, text.test, ood, reference))
+        curves.setdefault(criterion, {})[str(ratio)] = _mean_points(points)
+    stages["pruning curves"] = time.perf_counter() - start
+
+    results = {
+        "curves": curves,
+        "hies_alpha": alphas,
+        "scores": {k: v.tolist() for k, v in {**scores, "entropy": entropy}.items()},
+        "stages": stages,
+        "stability_definition": "ours: % of ID test examples predicted as the unpruned model does",
+    }
+    (workdir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
+    _plot_curves(workdir / "plots", config, curves)
+    _plot_scores(workdir / "plots", {"HIS": his, "AE (entropy)": entropy, "L2": scores["l2"],
+                                     "HIES alpha=0.5": hies(his, entropy, 0.5)})  # fmt: skip
+    (workdir / "report.md").write_text(markdown(config, results))
+    return results
+
+
+def _validation_set(base_config: dict) -> TokenizedSet:
+    config = ml_collections.ConfigDict(base_config)
+    encoder = pipeline.TextEncoder(pipeline.checkpoint_dir(config), config.data.max_tokens)
+    sentences = data.load(config.data.id_set, "validation", pipeline.data_dir(config))
+    return TokenizedSet(encoder(sentences.texts), sentences.labels, encoder.pad_id)
+
+
+def _mean_points(points: list[dict[str, Any]]) -> dict[str, Any]:
+    if len(points) == 1:
+        return points[0]
+    out = {k: float(np.mean([p[k] for p in points])) for k in CURVE_METRICS}
+    out.update({f"{k}_std": float(np.std([p[k] for p in points])) for k in CURVE_METRICS})
+    out["seeds"] = points
+    return out
+
+
+def markdown(config: ml_collections.ConfigDict, results: dict[str, Any]) -> str:
+    lines = [f"# {config.title}", ""]
+    lines += [
+        "Stability is our definition: % of ID test examples whose predicted class equals the "
+        "unpruned model's. Random is the mean over seeds "
+        f"{list(config.random_seeds)}. HIES alpha per ratio (chosen on validation accuracy): "
+        + ", ".join(f"{float(r):.0%}: {a}" for r, a in results["hies_alpha"].items()),
+        "",
+    ]
+    ratios = [str(r) for r in config.ratios]
+    labels = {
+        "acc": "Accuracy %",
+        "stability": "Stability % (ours)",
+        "ece": "ECE %",
+        "nll": "NLL",
+        "ood_auroc": "Mean OOD AUROC %",
+    }
+    header = "| criterion | " + " | ".join(f"{float(r):.0%}" for r in ratios) + " |"
+    for key, label in labels.items():
+        lines += [f"## {label}", "", header, "|---|" + "---|" * len(ratios)]
+        for criterion, curve in results["curves"].items():
+            scale = 1 if key == "nll" else 100
+            cells = [f"{scale * curve[r][key]:.2f}" for r in ratios]
+            lines.append(f"| {criterion} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["## Wall time per stage", "", "| stage | seconds |", "|---|---|"]
+    lines += [f"| {k} | {v:.1f} |" for k, v in results["stages"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def _plot_curves(directory: Path, config: ml_collections.ConfigDict, curves: dict) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    ratios = [float(r) for r in config.ratios]
+    fig, axes = plt.subplots(1, len(CURVE_METRICS), figsize=(4 * len(CURVE_METRICS), 3.5))
+    for ax, key in zip(axes, CURVE_METRICS, strict=True):
+        for criterion, curve in curves.items():
+            y = np.array([curve[str(r)][key] for r in config.ratios])
+            ax.plot(ratios, y, marker="o", label=criterion)
+            if f"{key}_std" in curve[str(config.ratios[0])]:
+                std = np.array([curve[str(r)][f"{key}_std"] for r in config.ratios])
+                ax.fill_between(ratios, y - std, y + std, alpha=0.2)
+        ax.set(xlabel="fraction of heads pruned", title=key)
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(directory / "pruning_curves.png", dpi=100)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for criterion, curve in curves.items():
+        ax.plot(
+            ratios, [100 * curve[str(r)]["acc"] for r in config.ratios], marker="o", label=criterion
+        )
+    ax.set(xlabel="fraction of heads pruned", ylabel="test accuracy %", title=config.title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(directory / "accuracy_vs_ratio.png", dpi=100)
+    plt.close(fig)
+
+
+def _plot_scores(directory: Path, scores: dict[str, np.ndarray]) -> None:
+    fig, axes = plt.subplots(1, len(scores), figsize=(3.5 * len(scores), 3))
+    for ax, (name, s) in zip(axes, scores.items(), strict=True):
+        image = ax.imshow(s, aspect="auto", cmap="viridis")
+        ax.set(title=name, xlabel="head", ylabel="layer")
+        fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    fig.savefig(directory / "head_scores.png", dpi=100)
+    plt.close(fig)

@@ -19,6 +19,7 @@ from hydra_jax.models.config import (
     CLIPTextConfig,
     CLIPVisionConfig,
     EncoderConfig,
+    HydraConfig,
     ViTConfig,
 )
 from hydra_jax.models.model import Model
@@ -31,6 +32,7 @@ __all__ = [
     "CLIPTextConfig",
     "CLIPVisionConfig",
     "EncoderConfig",
+    "HydraConfig",
     "Model",
     "ModelOutput",
     "ViTConfig",

@@ -91,4 +91,16 @@ class CLIPConfig:
     logit_scale_init: float = 2.6592
 
 
-ArchConfig = BertConfig | ViTConfig | CLIPConfig
+@dataclasses.dataclass(frozen=True)
+class HydraConfig:
+    """M head-pruned BERT members fused into one network (Hydra Ensembles).
+
+    `member` is the members' common (compacted) architecture: `member.encoder.num_heads` are the
+    heads each member keeps per layer.
+    """
+
+    member: BertConfig
+    num_members: int
+
+
+ArchConfig = BertConfig | ViTConfig | CLIPConfig | HydraConfig

@@ -82,21 +82,30 @@ class Encoder(nn.Module):
 
     @nn.compact
     def __call__(
-        self, x: jax.Array, bias: jax.Array, head_mask: HeadMask | None, deterministic: bool
+        self,
+        x: jax.Array,
+        bias: jax.Array,
+        head_mask: HeadMask | None,
+        deterministic: bool,
+        layers: tuple[int, int] | None = None,
     ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-        """Runs the stack.
+        """Runs the stack, or the slice `layers = (start, stop)` of it.
 
         Args:
-          x: `[B, T, D]`.
+          x: `[B, T, D]`, the input of layer `start`.
           bias: `[B, 1, T, S]` additive attention bias.
           head_mask: `[L, N]`, or L arrays `[N_l]` when layers have different head counts, or None.
           deterministic: disables dropout.
+          layers: run layers `start..stop-1` only (default: all). A search that changes only
+            layer l reuses the hidden state entering l instead of recomputing layers < l.
 
         Returns:
-          `([B, T, D], L attention probabilities [B, N_l, T, S])`.
+          `([B, T, D], attention probabilities [B, N_l, T, S] of each layer run)`.
         """
+        start, stop = layers or (0, self.config.num_layers)
         attentions = []
-        for l, n in enumerate(self.config.num_heads):
+        for l in range(start, stop):
+            n = self.config.num_heads[l]
             mask = None if head_mask is None else head_mask[l]
             x, probs = EncoderLayer(self.config, n, name=f"layer_{l}")(x, bias, mask, deterministic)
             attentions.append(probs)

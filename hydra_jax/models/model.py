@@ -13,19 +13,33 @@ import numpy as np
 
 from hydra_jax.models.bert import Bert
 from hydra_jax.models.clip import CLIP
-from hydra_jax.models.config import ArchConfig, BertConfig, CLIPConfig, EncoderConfig, ViTConfig
+from hydra_jax.models.config import (
+    ArchConfig,
+    BertConfig,
+    CLIPConfig,
+    EncoderConfig,
+    HydraConfig,
+    ViTConfig,
+)
+from hydra_jax.models.hydra import Hydra
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput
 from hydra_jax.models.vit import ViT
 
 Params = Any  # a nested dict of arrays
 
-_MODULES: dict[type, type[nn.Module]] = {BertConfig: Bert, ViTConfig: ViT, CLIPConfig: CLIP}
+_MODULES: dict[type, type[nn.Module]] = {
+    BertConfig: Bert,
+    ViTConfig: ViT,
+    CLIPConfig: CLIP,
+    HydraConfig: Hydra,
+}
 
 # Batch keys each architecture reads; `labels` may ride along in a batch and is ignored here.
 _INPUTS: dict[type, tuple[str, ...]] = {
     BertConfig: ("input_ids", "attention_mask", "token_type_ids"),
     ViTConfig: ("pixel_values",),
     CLIPConfig: ("input_ids", "attention_mask", "pixel_values"),
+    HydraConfig: ("input_ids", "attention_mask", "token_type_ids"),
 }
 _PASSIVE_INPUTS = ("labels",)
 
@@ -34,6 +48,8 @@ def head_mask_encoders(config: ArchConfig) -> dict[str, EncoderConfig]:
     """Name of each head-mask argument -> the encoder it masks."""
     if isinstance(config, CLIPConfig):
         return {"text_head_mask": config.text.encoder, "vision_head_mask": config.vision.encoder}
+    if isinstance(config, HydraConfig):
+        return {}  # members are already pruned; the fused model takes no head mask
     return {"head_mask": config.encoder}
 
 
@@ -149,7 +165,7 @@ def dummy_inputs(config: ArchConfig) -> Mapping[str, jax.Array]:
     def image(image_size: int, num_channels: int) -> jax.Array:
         return jnp.zeros((1, num_channels, image_size, image_size), jnp.float32)
 
-    if isinstance(config, BertConfig):
+    if isinstance(config, BertConfig | HydraConfig):
         return {"input_ids": jnp.zeros((1, 1), jnp.int32)}
     if isinstance(config, ViTConfig):
         return {"pixel_values": image(config.image_size, config.num_channels)}

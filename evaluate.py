@@ -8,7 +8,7 @@ from pathlib import Path
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from hydra_jax import pipeline, pruning
+from hydra_jax import hydra_pipeline, pipeline, pruning
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "experiment config file", lock_config=True
@@ -21,7 +21,11 @@ def main(argv: list[str]) -> None:
     del argv
     logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
     config, workdir = _CONFIG.value, Path(_WORKDIR.value)
-    experiments = {"baselines": pipeline.evaluate, "pruning": pruning.run}
+    experiments = {
+        "baselines": pipeline.evaluate,
+        "pruning": pruning.run,
+        "hydra": hydra_pipeline.run,
+    }
     experiments[config.experiment](config, workdir)
 
 

@@ -155,9 +155,20 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
     models = train(config, workdir, text, resume_only=True)
     timings_file = workdir / "train_timings.json"
     stages = json.loads(timings_file.read_text()) if timings_file.exists() else {}
+    return evaluate_methods(config, workdir, methods(config, models), text, stages)
+
+
+def evaluate_methods(
+    config: ml_collections.ConfigDict,
+    workdir: Path,
+    to_evaluate: list[Method],
+    text: TextData,
+    stages: dict[str, float],
+) -> dict[str, Any]:
+    """Predictions, metrics, costs and plots of each method; writes every artefact."""
     results: dict[str, Any] = {"methods": {}}
     (workdir / "plots").mkdir(parents=True, exist_ok=True)
-    for method in methods(config, models):
+    for method in to_evaluate:
         start = time.perf_counter()
         logits = {"id": predict(method, text.test, config.eval.batch_size)}
         for name, ood_set in text.ood.items():

@@ -109,9 +109,12 @@ def make_train_step(model: Model, optimizer: optax.GradientTransformation):
     """
 
     def loss_fn(params: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple:
-        logits = model.apply(params, **batch, dropout_rng=key).logits  # [B, C]
-        loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
-        accuracy = (logits.argmax(-1) == batch["labels"]).mean()
+        logits = model.apply(params, **batch, dropout_rng=key).logits  # [B, C] or [B, M, C]
+        labels = batch["labels"]
+        if logits.ndim == 3:  # a fused Hydra: every member learns the labels
+            labels = jnp.broadcast_to(labels[:, None], logits.shape[:2])
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+        accuracy = (logits.argmax(-1) == labels).mean()
         return loss, accuracy
 
     def step(state: TrainState, batch: dict[str, jax.Array], key: jax.Array) -> tuple:

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hydra_jax import metrics, pipeline
+from hydra_jax import hydra_pipeline, metrics, pipeline, pruning
 from hydra_jax.evaluation import method_metrics
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from configs import minilm_mr
+from configs import hydra_minilm_mr, minilm_mr, prune_minilm_mr
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +78,41 @@ def test_evaluate_refuses_an_untrained_workdir(synthetic_data_dir, tmp_path):
     config.data_dir = str(synthetic_data_dir)
     with pytest.raises(FileNotFoundError, match="no finished training run"):
         pipeline.evaluate(config, tmp_path)
+
+
+def test_pruning_curves_smoke(smoke_run, tmp_path):
+    _, workdir, _ = smoke_run
+    config = prune_minilm_mr.get_config("smoke")
+    config.base_workdir = str(workdir)
+    config.ratios = (0.0, 0.5)
+    config.alphas = (0.0, 1.0)
+    results = pruning.run(config, tmp_path)
+    curves = results["curves"]
+    assert set(curves) == {"random", "l2", "his", "ad", "hies"}
+    unpruned = {c: curves[c]["0.0"] for c in curves}
+    assert all(p["stability"] == 1.0 and p["heads_kept"] == 72 for p in unpruned.values())
+    assert len({p["acc"] for p in unpruned.values()}) == 1  # ratio 0 is the same model
+    assert curves["his"]["0.5"]["heads_kept"] == 36
+    assert results["hies_alpha"]["0.5"] in (0.0, 1.0)
+    assert (tmp_path / "plots" / "accuracy_vs_ratio.png").is_file()
+    assert "Stability % (ours)" in (tmp_path / "report.md").read_text()
+
+
+def test_hydra_smoke(smoke_run, tmp_path):
+    _, workdir, baseline = smoke_run
+    config = hydra_minilm_mr.get_config("smoke")
+    config.base_workdir = str(workdir)
+    config.strategies = ("stratified", "circuit")
+    config.methods = ("single", "hydra_stratified", "hydra_circuit")
+    results = hydra_pipeline.run(config, tmp_path)
+    assert set(results["methods"]) == set(config.methods)
+    # The single model is the baseline run's, evaluated again: the same numbers.
+    assert results["methods"]["single"]["id"] == baseline["methods"]["single"]["id"]
+    sets = np.array(json.loads((tmp_path / "head_sets.json").read_text())["stratified"])
+    assert sets.shape == (2, 6, 12) and np.all(sets.sum(0) == 1)  # disjoint, covering
+    with np.load(tmp_path / "predictions" / "hydra_circuit.npz") as npz:
+        assert npz["id_probs"].shape == (96, 2, 2)
+    hydra_cost = results["methods"]["hydra_circuit"]["cost"]["flops_per_example"]
+    single_cost = results["methods"]["single"]["cost"]["flops_per_example"]
+    assert single_cost < hydra_cost < 2 * single_cost
+    assert (tmp_path / "fused" / "circuit" / "hydra_config.json").is_file()

@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 DATA ?= $(or $(HYDRA_JAX_DATA),$(HOME)/.cache/hydra_jax)
 SOURCE := $(DATA)/downloads/vaderSentiment-3.3.2.tar.gz
 
-.PHONY: setup test lint bench smoke baselines clean
+.PHONY: setup test lint bench smoke baselines prune hydra demo clean
 
 setup: $(STAMP) $(SOURCE)
 
@@ -33,6 +33,14 @@ test: lint
 
 bench: setup
 	$(BIN)/python -m bench.forward
+	$(BIN)/python -m bench.scoring
+	$(BIN)/python -m bench.ensemble
+
+# The embedded default end to end: fine-tune single + deep ensemble, build Hydra-Taylor and
+# Hydra-Circuit, evaluate the paper's rows; writes runs/demo/report.md.
+demo: setup
+	$(BIN)/python train.py --config configs/minilm_mr.py --workdir runs/demo_baselines
+	$(BIN)/python evaluate.py --config configs/hydra_minilm_mr.py:demo --workdir runs/demo
 
 # About a minute: the uncertainty baselines on real data cut to a few hundred sentences.
 smoke: setup
@@ -43,6 +51,13 @@ smoke: setup
 baselines: setup
 	$(BIN)/python train.py --config configs/minilm_mr.py --workdir runs/minilm_mr
 	$(BIN)/python evaluate.py --config configs/minilm_mr.py --workdir runs/minilm_mr
+
+# Pruning curves and the full Hydra table, on the baselines of `make baselines`.
+prune: setup
+	$(BIN)/python evaluate.py --config configs/prune_minilm_mr.py --workdir runs/prune_minilm_mr
+
+hydra: setup
+	$(BIN)/python evaluate.py --config configs/hydra_minilm_mr.py --workdir runs/hydra_minilm_mr
 
 clean:
 	rm -rf $(VENV)

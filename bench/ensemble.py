@@ -1,0 +1,123 @@
+"""Ensemble costs: single, fused Hydra, Deep Ensemble (vmapped and sequential), MC dropout.
+
+MiniLM-L6 shapes (real weights, random classifier), batch 32 x 64 tokens, CPU fp32, interleaved
+rounds; medians, XLA FLOPs, and each latency ratio divided by its FLOP ratio. Targets (SPEC
+section 10): Hydra / single <= 1.1 x its FLOP ratio; Hydra / Deep Ensemble <= 0.85.
+Also times the circuit search against L x N full forward passes over the same examples
+(target <= 0.7).
+
+    .venv/bin/python -m bench.ensemble [--repeats 20] [--circuit-examples 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import numpy as np
+
+import hydra_jax as hj
+from bench.timing import interleaved, medians, xla_flops
+from hydra_jax import baselines, hydra
+from hydra_jax.heads.circuit import UncertaintySet, circuit_search
+from hydra_jax.models.model import with_classifier
+from hydra_jax.training import TokenizedSet
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--members", type=int, default=3)
+    parser.add_argument("--mc-samples", type=int, default=10)
+    parser.add_argument("--circuit-examples", type=int, default=128)
+    parser.add_argument("--circuit-repeats", type=int, default=3)
+    args = parser.parse_args()
+    M = args.members
+
+    base = hj.from_pretrained(hj.minilm_l6_path())
+    members = [with_classifier(base, 2, jax.random.key(m)) for m in range(M)]
+    single = members[0]
+    L, N = single.config.encoder.num_layers, single.config.encoder.num_heads[0]
+    sets = hydra.stratified_head_sets(np.random.default_rng(0).random((L, N)), M)
+    fused = hydra.fuse(hydra.members_from(single, sets))
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, 30000, (32, 64)).astype(np.int32)
+    batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": 0 * ids}
+
+    forwards = {
+        "single": (baselines.single(single), single.params),
+        f"hydra (M={M}, {N // M} heads)": (lambda p, b: fused.apply(p, **b).logits, fused.params),
+        "deep_ensemble (vmap)": (baselines.deep_ensemble(single), baselines.stack(members)),
+        f"mc_dropout ({args.mc_samples})": (
+            baselines.mc_dropout(single, args.mc_samples),
+            single.params,
+        ),
+    }
+    compiled = {
+        name: (jax.jit(f).lower(w, batch).compile(), w) for name, (f, w) in forwards.items()
+    }
+    flops = {name: xla_flops(c) for name, (c, _) in compiled.items()}
+    programs = {
+        name: (lambda c=c, w=w: jax.block_until_ready(c(w, batch)))
+        for name, (c, w) in compiled.items()
+    }
+    one, params = compiled["single"][0], [m.params for m in members]
+    programs["deep_ensemble (sequential)"] = lambda: [
+        jax.block_until_ready(one(p, batch)) for p in params
+    ]
+    flops["deep_ensemble (sequential)"] = M * flops["single"]
+
+    times = medians(interleaved(programs, repeats=args.repeats))
+    print(f"MiniLM-L6, batch 32 x 64 tokens, CPU fp32, {args.repeats} interleaved rounds")
+    print(f"{'program':<30}{'median ms':>11}{'GFLOP':>9}{'vs single':>11}{'/ FLOP ratio':>14}")
+    for name, t in times.items():
+        ratio = t / times["single"]
+        flop_ratio = flops[name] / flops["single"]
+        print(f"{name:<30}{t * 1e3:>11.1f}{flops[name] / 1e9:>9.2f}{ratio:>11.3f}"
+              f"{ratio / flop_ratio:>14.3f}")  # fmt: skip
+    hydra_name = next(n for n in times if n.startswith("hydra"))
+    vs_de = times[hydra_name] / times["deep_ensemble (vmap)"]
+    print(f"hydra / deep_ensemble (vmap) latency: {vs_de:.3f} (target <= 0.85)")
+    hydra_ratio = times[hydra_name] / times["single"]
+    flop_ratio = flops[hydra_name] / flops["single"]
+    print(f"hydra / single latency {hydra_ratio:.3f} = {hydra_ratio / flop_ratio:.3f} x its FLOP "
+          f"ratio {flop_ratio:.3f} (target <= 1.1 x)")  # fmt: skip
+    circuit(single, args.circuit_examples, args.circuit_repeats)
+
+
+def circuit(model: hj.Model, examples: int, repeats: int) -> None:
+    """Circuit search vs L x N full forward passes over the same examples, interleaved."""
+    rng = np.random.default_rng(1)
+    tokens = [
+        np.r_[101, rng.integers(1000, 30000, rng.integers(8, 40)), 102] for _ in range(examples)
+    ]
+    half = examples // 2
+    id_set = TokenizedSet(tokens[:half], rng.integers(0, 2, half))
+    ood_set = TokenizedSet(tokens[half:], np.zeros(examples - half, np.int64))
+    data = UncertaintySet.build(id_set, ood_set, batch_size=64)
+    L, N = model.config.encoder.num_layers, model.config.encoder.num_heads[0]
+    forward = jax.jit(lambda p, m, b: model.apply(p, **b, head_mask=m).logits)
+    inputs = [{k: v for k, v in b.items() if k != "labels"} for b in data.batches]
+    masks = np.ones((L * N, L, N), np.float32)
+    masks[np.arange(L * N), np.repeat(np.arange(L), N), np.tile(np.arange(N), L)] = 0.0
+
+    def full_passes() -> None:
+        for mask in masks:
+            for b in inputs:
+                jax.block_until_ready(forward(model.params, mask, b))
+
+    def search() -> None:
+        circuit_search(model, data, keep_per_layer=N // 3, objective="avg")
+
+    start = time.perf_counter()
+    times = medians(interleaved({"circuit search": search, "L x N full forwards": full_passes},
+                                repeats=repeats, warmup=1))  # fmt: skip
+    ratio = times["circuit search"] / times["L x N full forwards"]
+    print(f"circuit search over {examples} examples: {times['circuit search']:.1f} s; "
+          f"{L * N} full forwards: {times['L x N full forwards']:.1f} s; ratio {ratio:.3f} "
+          f"(target <= 0.7); bench wall {time.perf_counter() - start:.0f} s")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -42,6 +42,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     )
     # Member fine-tuning; fields not set here come from the base config's `train`.
     c.member_train = ml_collections.ConfigDict(dict(epochs=1.0, learning_rate=5e-5))
+    # Optional fine-tuning of the fused network after the merge (0 = off, as in our results).
+    c.fused_train = ml_collections.ConfigDict(dict(epochs=0.0, learning_rate=2e-5))
     c.eval = ml_collections.ConfigDict(
         dict(batch_size=64, num_bins=15, latency_batch=32, latency_tokens=64, latency_repeats=10)
     )

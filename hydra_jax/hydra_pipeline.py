@@ -128,6 +128,11 @@ def run(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
             members.append(member)
         stages[f"{strategy}: fine-tune members"] = time.perf_counter() - start
         fused = hydra.fuse(members)
+        if config.fused_train.epochs > 0:  # optional: fine-tune the fused network as a whole
+            start = time.perf_counter()
+            fused_settings = TrainSettings(**{**settings.__dict__, **config.fused_train.to_dict()})
+            fused = fit(fused, text.train, fused_settings, workdir / "fused_training" / strategy)
+            stages[f"{strategy}: fine-tune fused"] = time.perf_counter() - start
         hydra.save(fused, workdir / "fused" / strategy)
         available[f"hydra_{strategy}"] = Method(f"hydra_{strategy}", _logits(fused), fused.params)
         if strategy in ("taylor", "hies"):

@@ -276,3 +276,16 @@ def test_exported_models_load_in_transformers(tmp_path):
         assert_close(model(**batch).logits, to_numpy(expected.logits), cls.__name__)
         reloaded = hj.from_pretrained(directory)
         assert reloaded.config == model.config
+
+
+def test_compacted_model_exported_with_zero_heads_loads_in_transformers(
+    bert_pair, bert_batch, tmp_path
+):
+    _, ours = bert_pair
+    keep = np.array([[True, False, True], [False, False, False]])  # layer 1 loses every head
+    small = hj.heads.compact(ours, keep)
+    hj.save_pretrained(hj.heads.expand_to_full(small), tmp_path)
+    ref = transformers.BertForSequenceClassification.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        expected = ref(**{k: torch.tensor(v) for k, v in bert_batch.items()}).logits
+    assert_close(small(**bert_batch).logits, to_numpy(expected), "compacted export")

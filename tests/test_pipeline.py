@@ -104,6 +104,7 @@ def test_hydra_smoke(smoke_run, tmp_path):
     config.base_workdir = str(workdir)
     config.strategies = ("stratified", "circuit")
     config.methods = ("single", "hydra_stratified", "hydra_circuit")
+    config.fused_train.epochs = 0.25  # exercise fine-tuning the fused network too
     results = hydra_pipeline.run(config, tmp_path)
     assert set(results["methods"]) == set(config.methods)
     # The single model is the baseline run's, evaluated again: the same numbers.
@@ -116,3 +117,4 @@ def test_hydra_smoke(smoke_run, tmp_path):
     single_cost = results["methods"]["single"]["cost"]["flops_per_example"]
     assert single_cost < hydra_cost < 2 * single_cost
     assert (tmp_path / "fused" / "circuit" / "hydra_config.json").is_file()
+    assert (tmp_path / "fused_training" / "circuit" / "metrics.jsonl").is_file()

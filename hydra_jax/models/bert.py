@@ -12,6 +12,19 @@ from hydra_jax.models.encoder import Encoder, HeadMask, LayerNorm, stack_attenti
 from hydra_jax.models.outputs import ModelOutput
 
 
+def embed_tokens(c: BertConfig, input_ids: jax.Array, token_type_ids: jax.Array) -> jax.Array:
+    """Word + position + token-type embeddings `[B, T, D]`.
+
+    Called inside a compact module (`Bert`, `Hydra`), whose parameters the tables become.
+    """
+    T, D = input_ids.shape[1], c.encoder.width
+    return (
+        nn.Embed(c.vocab_size, D, name="word_embeddings")(input_ids)
+        + nn.Embed(c.max_positions, D, name="position_embeddings")(jnp.arange(T))[None]
+        + nn.Embed(c.type_vocab_size, D, name="token_type_embeddings")(token_type_ids)
+    )
+
+
 class Bert(nn.Module):
     config: BertConfig
 
@@ -43,13 +56,7 @@ class Bert(nn.Module):
         if token_type_ids is None:
             token_type_ids = jnp.zeros((B, T), jnp.int32)
         if start == 0:
-            x = (
-                nn.Embed(c.vocab_size, e.width, name="word_embeddings")(input_ids)
-                + nn.Embed(c.max_positions, e.width, name="position_embeddings")(jnp.arange(T))[
-                    None
-                ]
-                + nn.Embed(c.type_vocab_size, e.width, name="token_type_embeddings")(token_type_ids)
-            )  # [B, T, D]
+            x = embed_tokens(c, input_ids, token_type_ids)  # [B, T, D]
             x = LayerNorm(e.layer_norm_eps, name="embeddings_norm")(x)
             x = nn.Dropout(e.dropout)(x, deterministic=deterministic)
         elif hidden_state is None:

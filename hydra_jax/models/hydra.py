@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from hydra_jax.models.attention import Attention, padding_bias
+from hydra_jax.models.bert import embed_tokens
 from hydra_jax.models.config import EncoderConfig, HydraConfig
 from hydra_jax.models.encoder import Mlp
 from hydra_jax.models.outputs import ModelOutput
@@ -83,11 +84,7 @@ class Hydra(nn.Module):
             attention_mask = jnp.ones((B, T), jnp.int32)
         if token_type_ids is None:
             token_type_ids = jnp.zeros((B, T), jnp.int32)
-        x = (
-            nn.Embed(c.vocab_size, e.width, name="word_embeddings")(input_ids)
-            + nn.Embed(c.max_positions, e.width, name="position_embeddings")(jnp.arange(T))[None]
-            + nn.Embed(c.type_vocab_size, e.width, name="token_type_embeddings")(token_type_ids)
-        )  # [B, T, D], embedded once
+        x = embed_tokens(c, input_ids, token_type_ids)  # [B, T, D], embedded once
         x = jnp.broadcast_to(x[None], (M, B, T, e.width))  # [M, B, T, D]
         x = _member_norm(e.layer_norm_eps, M, "embeddings_norm")(x)
         x = nn.Dropout(e.dropout)(x, deterministic=deterministic)

@@ -113,6 +113,16 @@ def test_head_mask_of_wrong_shape_is_refused(tiny, mask):
         model(**batch, head_mask=mask)
 
 
+def test_empty_and_all_padding_batches_are_refused(tiny):
+    model, batch = tiny
+    with pytest.raises(ValueError, match=r"empty batch: input_ids has shape \(0, 7\)"):
+        model(input_ids=np.zeros((0, 7), np.int32))
+    mask = batch["attention_mask"].copy()
+    mask[[1, 4]] = 0
+    with pytest.raises(ValueError, match=r"examples \[1, 4\] of the batch are all padding"):
+        model(**{**batch, "attention_mask": mask})
+
+
 def test_unknown_input_is_refused(tiny):
     model, batch = tiny
     with pytest.raises(TypeError, match=r"unexpected inputs \['pixel_values'\]"):

@@ -73,6 +73,22 @@ def check_head_mask(mask: Any, encoder: EncoderConfig, name: str = "head_mask") 
         )
 
 
+def check_batch(inputs: Mapping[str, Any]) -> None:
+    """Refuses an empty batch or an example with no real token (values checked outside `jit`)."""
+    for name in ("input_ids", "pixel_values"):
+        if inputs.get(name) is not None and np.shape(inputs[name])[0] == 0:
+            raise ValueError(f"empty batch: {name} has shape {np.shape(inputs[name])}")
+    mask = inputs.get("attention_mask")
+    if mask is None or isinstance(mask, jax.core.Tracer):
+        return
+    empty = np.nonzero(np.asarray(mask).sum(-1) == 0)[0]
+    if empty.size:
+        raise ValueError(
+            f"examples {empty.tolist()} of the batch are all padding (attention_mask all 0): "
+            "nothing to attend to"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class Model:
     """A transformer as a config, a weight pytree and a pure `apply`.
@@ -115,7 +131,7 @@ class Model:
 
         Raises:
           TypeError: an input this architecture does not take.
-          ValueError: a head mask of the wrong shape.
+          ValueError: a head mask of the wrong shape; an empty batch or an all-padding example.
         """
         masks = head_mask_encoders(self.config)
         allowed = (*_INPUTS[type(self.config)], *masks, *_PASSIVE_INPUTS)
@@ -128,6 +144,7 @@ class Model:
         for name, encoder in masks.items():
             if inputs.get(name) is not None:
                 check_head_mask(inputs[name], encoder, name)
+        check_batch(inputs)
         kwargs = {k: v for k, v in inputs.items() if k not in _PASSIVE_INPUTS and v is not None}
         rngs = None if dropout_rng is None else {"dropout": dropout_rng}
         return self.module.apply(

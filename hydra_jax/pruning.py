@@ -166,6 +166,7 @@ def _mean_points(points: list[dict[str, Any]]) -> dict[str, Any]:
         return points[0]
     out = {k: float(np.mean([p[k] for p in points])) for k in CURVE_METRICS}
     out.update({f"{k}_std": float(np.std([p[k] for p in points])) for k in CURVE_METRICS})
+    out["heads_kept"] = points[0]["heads_kept"]  # the same for every seed at one ratio
     out["seeds"] = points
     return out
 

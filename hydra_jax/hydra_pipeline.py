@@ -23,7 +23,7 @@ from hydra_jax import baselines, data, hydra, pipeline
 from hydra_jax.data.text import TextEncoder
 from hydra_jax.evaluation import Method
 from hydra_jax.heads import his_and_entropy
-from hydra_jax.heads.circuit import UncertaintySet, circuit_search
+from hydra_jax.heads.circuit import CircuitSearch, UncertaintySet
 from hydra_jax.models import Model
 from hydra_jax.pruning import calibration_batches
 from hydra_jax.training import (
@@ -84,9 +84,10 @@ def head_sets(
     if strategy == "circuit":
         sets = uncertainty_sets(config, base)
         objectives = config.circuit.objectives
+        search = CircuitSearch(single)  # compiled once for every member
         return np.stack(
             [
-                circuit_search(single, sets[m], n, objectives[m % len(objectives)])
+                search(sets[m], n, objectives[m % len(objectives)])
                 for m in tqdm(range(M), desc="circuit search", leave=False)
             ]
         )

@@ -16,7 +16,6 @@ together, `vmap`ped over their head masks.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Literal
 
 import jax
@@ -68,56 +67,73 @@ def harm(objective: Objective, logits: np.ndarray, data: UncertaintySet) -> np.n
     return (minmax(nll) + minmax(-auroc)) / 2
 
 
+class CircuitSearch:
+    """Layer-conditioned greedy search on one model; compiled programs are reused across calls
+    (members searching with other objectives or subsets compile nothing new)."""
+
+    def __init__(self, model: Model):
+        config = model.config
+        if not isinstance(config, BertConfig) or not config.num_labels:
+            raise TypeError("circuit search runs on a BERT classifier")
+        self.model = model
+        self.L, self.N = config.encoder.num_layers, config.encoder.num_heads[0]
+        module = model.module
+
+        def advance(params, batch, x, mask, l):  # the hidden state entering layer l + 1
+            out = module.apply({"params": params}, **_inputs(batch), head_mask=mask,
+                               layers=(l, l + 1), hidden_state=x)  # fmt: skip
+            return out.last_hidden_state
+
+        def candidates(params, batch, x, masks, l):  # [H, B, C], one row per candidate mask
+            def run(mask):
+                out = module.apply({"params": params}, **_inputs(batch), head_mask=mask,
+                                   layers=(l, self.L), hidden_state=x)  # fmt: skip
+                return out.logits
+
+            return jax.vmap(run)(masks)
+
+        self._advance = jax.jit(advance, static_argnames="l")
+        self._candidates = jax.jit(candidates, static_argnames="l")
+
+    def __call__(
+        self, data: UncertaintySet, keep_per_layer: int, objective: Objective = "avg"
+    ) -> np.ndarray:
+        """Returns the kept heads, bool `[L, N]`."""
+        L, N, params = self.L, self.N, self.model.params
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
+        if not 1 <= keep_per_layer <= N:
+            raise ValueError(f"keep_per_layer must be in [1, {N}], got {keep_per_layer}")
+        keep = np.ones((L, N), bool)
+        hidden = [None] * len(data.batches)  # the input of layer l, per batch
+        for l in range(L):
+            masks = np.repeat(keep[None].astype(np.float32), N, axis=0)  # [H = N, L, N]
+            masks[np.arange(N), l, np.arange(N)] = 0.0  # candidate h removes head h of layer l
+            logits = np.concatenate(
+                [
+                    np.asarray(self._candidates(params, b, hidden[i], masks, l=l))
+                    for i, b in enumerate(data.batches)
+                ],
+                axis=1,
+            )  # [H, V, C]
+            scores = harm(objective, logits, data)
+            chosen = np.argsort(-scores, kind="stable")[:keep_per_layer]
+            keep[l] = False
+            keep[l, chosen] = True
+            if l + 1 < L:
+                mask = keep.astype(np.float32)
+                hidden = [
+                    self._advance(params, b, hidden[i], mask, l=l)
+                    for i, b in enumerate(data.batches)
+                ]
+        return keep
+
+
 def circuit_search(
     model: Model, data: UncertaintySet, keep_per_layer: int, objective: Objective = "avg"
 ) -> np.ndarray:
     """Layer-conditioned greedy search; returns the kept heads, bool `[L, N]`."""
-    config = model.config
-    if not isinstance(config, BertConfig) or not config.num_labels:
-        raise TypeError("circuit search runs on a BERT classifier")
-    if objective not in OBJECTIVES:
-        raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
-    L, N = config.encoder.num_layers, config.encoder.num_heads[0]
-    if not 1 <= keep_per_layer <= N:
-        raise ValueError(f"keep_per_layer must be in [1, {N}], got {keep_per_layer}")
-    module = model.module
-
-    @functools.partial(jax.jit, static_argnames="l")
-    def advance(params, batch, x, mask, l):  # the hidden state entering layer l + 1
-        return module.apply({"params": params}, **_inputs(batch), head_mask=mask,
-                            layers=(l, l + 1), hidden_state=x).last_hidden_state  # fmt: skip
-
-    def candidates(l: int):
-        def run(params, batch, x, mask):
-            out = module.apply({"params": params}, **_inputs(batch), head_mask=mask,
-                               layers=(l, L), hidden_state=x)  # fmt: skip
-            return out.logits
-
-        return jax.jit(jax.vmap(run, in_axes=(None, None, None, 0)))
-
-    keep = np.ones((L, N), bool)
-    hidden = [None] * len(data.batches)  # the input of layer l, per batch
-    for l in range(L):
-        masks = np.repeat(keep[None].astype(np.float32), N, axis=0)  # [H = N, L, N]
-        masks[np.arange(N), l, np.arange(N)] = 0.0  # candidate h removes head h of layer l
-        run = candidates(l)
-        logits = np.concatenate(
-            [
-                np.asarray(run(model.params, b, hidden[i], masks))
-                for i, b in enumerate(data.batches)
-            ],
-            axis=1,
-        )  # [H, V, C]
-        scores = harm(objective, logits, data)
-        chosen = np.argsort(-scores, kind="stable")[:keep_per_layer]
-        keep[l] = False
-        keep[l, chosen] = True
-        if l + 1 < L:
-            mask = keep.astype(np.float32)
-            hidden = [
-                advance(model.params, b, hidden[i], mask, l=l) for i, b in enumerate(data.batches)
-            ]
-    return keep
+    return CircuitSearch(model)(data, keep_per_layer, objective)
 
 
 def _inputs(batch: dict) -> dict:

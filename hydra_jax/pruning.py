@@ -222,7 +222,7 @@ def _plot_curves(directory: Path, config: ml_collections.ConfigDict, curves: dic
         ax.plot(
             ratios, [100 * curve[str(r)]["acc"] for r in config.ratios], marker="o", label=criterion
         )
-    ax.set(xlabel="fraction of heads pruned", ylabel="test accuracy %", title=config.title)
+    ax.set(xlabel="fraction of heads pruned", ylabel="test accuracy %", title="Accuracy vs pruning")
     ax.legend()
     fig.tight_layout()
     fig.savefig(directory / "accuracy_vs_ratio.png", dpi=100)

@@ -9,8 +9,8 @@ Objectives (higher "harm" = the head matters more):
   min-max normalisation over the layer's candidates.
 
 The hidden state entering layer l depends only on the heads chosen below l, so it is computed
-once per layer and every candidate runs layers l..L-1 only; the N candidates of a layer run
-together, `vmap`ped over their head masks.
+once per layer and every candidate runs layers l..L-1 only, through one compiled suffix program
+per layer. (Running a layer's N candidates `vmap`ped over their masks was 1.4x slower on CPU.)
 """
 
 from __future__ import annotations
@@ -84,16 +84,13 @@ class CircuitSearch:
                                layers=(l, l + 1), hidden_state=x)  # fmt: skip
             return out.last_hidden_state
 
-        def candidates(params, batch, x, masks, l):  # [H, B, C], one row per candidate mask
-            def run(mask):
-                out = module.apply({"params": params}, **_inputs(batch), head_mask=mask,
-                                   layers=(l, self.L), hidden_state=x)  # fmt: skip
-                return out.logits
-
-            return jax.vmap(run)(masks)
+        def suffix(params, batch, x, mask, l):  # logits [B, C] from the input of layer l
+            out = module.apply({"params": params}, **_inputs(batch), head_mask=mask,
+                               layers=(l, self.L), hidden_state=x)  # fmt: skip
+            return out.logits
 
         self._advance = jax.jit(advance, static_argnames="l")
-        self._candidates = jax.jit(candidates, static_argnames="l")
+        self._suffix = jax.jit(suffix, static_argnames="l")
 
     def __call__(
         self, data: UncertaintySet, keep_per_layer: int, objective: Objective = "avg"
@@ -109,12 +106,16 @@ class CircuitSearch:
         for l in range(L):
             masks = np.repeat(keep[None].astype(np.float32), N, axis=0)  # [H = N, L, N]
             masks[np.arange(N), l, np.arange(N)] = 0.0  # candidate h removes head h of layer l
-            logits = np.concatenate(
+            logits = np.stack(
                 [
-                    np.asarray(self._candidates(params, b, hidden[i], masks, l=l))
-                    for i, b in enumerate(data.batches)
-                ],
-                axis=1,
+                    np.concatenate(
+                        [
+                            np.asarray(self._suffix(params, b, hidden[i], mask, l=l))
+                            for i, b in enumerate(data.batches)
+                        ]
+                    )
+                    for mask in masks
+                ]
             )  # [H, V, C]
             scores = harm(objective, logits, data)
             chosen = np.argsort(-scores, kind="stable")[:keep_per_layer]

@@ -19,8 +19,7 @@ import ml_collections
 import numpy as np
 from tqdm.auto import tqdm
 
-from hydra_jax import baselines, data, hydra, pipeline
-from hydra_jax.data.text import TextEncoder
+from hydra_jax import baselines, hydra, pipeline
 from hydra_jax.evaluation import Method
 from hydra_jax.heads import his_and_entropy
 from hydra_jax.heads.circuit import CircuitSearch, UncertaintySet
@@ -40,18 +39,11 @@ def uncertainty_sets(
     config: ml_collections.ConfigDict, base: ml_collections.ConfigDict
 ) -> list[UncertaintySet]:
     """Per member m: half ID validation, half OOD validation (all OOD sets pooled), seed m."""
-    encoder = TextEncoder(pipeline.checkpoint_dir(base), base.data.max_tokens)
-    directory = pipeline.data_dir(base)
-
-    def tokenized(name: str) -> TokenizedSet:
-        s = data.load(name, "validation", directory)
-        return TokenizedSet(encoder(s.texts), s.labels, encoder.pad_id)
-
-    id_val = tokenized(base.data.id_set)
-    ood_parts = [tokenized(name) for name in base.data.ood_sets]
+    id_val = pipeline.tokenized_split(base, base.data.id_set, "validation")
+    ood_parts = [pipeline.tokenized_split(base, n, "validation") for n in base.data.ood_sets]
     ood_tokens = [t for p in ood_parts for t in p.tokens]
     ood_labels = np.concatenate([p.labels for p in ood_parts])
-    ood_val = TokenizedSet(ood_tokens, ood_labels, encoder.pad_id)
+    ood_val = TokenizedSet(ood_tokens, ood_labels, id_val.pad_id)
     half = config.circuit.examples // 2
     return [
         UncertaintySet.build(

@@ -58,21 +58,27 @@ class TextData:
     ood: dict[str, TokenizedSet]
 
 
+def tokenized_split(
+    config: ml_collections.ConfigDict, name: str, split: str, limit: int = 0
+) -> TokenizedSet:
+    """One split of a sentence set, tokenised with the checkpoint's tokenizer.
+
+    With `limit`, a fixed random subset (seed 0) of that many sentences.
+    """
+    encoder = TextEncoder(checkpoint_dir(config), config.data.max_tokens)
+    sentences = data.load(name, split, data_dir(config))
+    if limit and limit < len(sentences):
+        sentences = sentences.take(np.random.default_rng(0).permutation(len(sentences))[:limit])
+    return TokenizedSet(encoder(sentences.texts), sentences.labels, encoder.pad_id)
+
+
 def load_data(config: ml_collections.ConfigDict) -> TextData:
     """Tokenised ID train/test and OOD test sets, cut to the config's limits (0 = all)."""
-    encoder = TextEncoder(checkpoint_dir(config), config.data.max_tokens)
-
-    def tokenized(name: str, split: str, limit: int) -> TokenizedSet:
-        sentences = data.load(name, split, data_dir(config))
-        if limit and limit < len(sentences):
-            sentences = sentences.take(np.random.default_rng(0).permutation(len(sentences))[:limit])
-        return TokenizedSet(encoder(sentences.texts), sentences.labels, encoder.pad_id)
-
     d = config.data
     return TextData(
-        train=tokenized(d.id_set, "train", d.train_limit),
-        test=tokenized(d.id_set, "test", d.eval_limit),
-        ood={name: tokenized(name, "test", d.eval_limit) for name in d.ood_sets},
+        train=tokenized_split(config, d.id_set, "train", d.train_limit),
+        test=tokenized_split(config, d.id_set, "test", d.eval_limit),
+        ood={name: tokenized_split(config, name, "test", d.eval_limit) for name in d.ood_sets},
     )
 
 

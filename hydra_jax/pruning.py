@@ -24,7 +24,7 @@ import ml_collections
 import numpy as np
 from tqdm.auto import tqdm
 
-from hydra_jax import data, metrics, pipeline
+from hydra_jax import metrics, pipeline
 from hydra_jax.data.text import eval_batches
 from hydra_jax.evaluation import softmax
 from hydra_jax.heads import hies, his_and_entropy, keep_mask, score
@@ -91,7 +91,8 @@ def run(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
     start = time.perf_counter()
     (model,), text = pipeline.trained(Path(config.base_workdir), seeds=[0])
     base_config = json.loads((Path(config.base_workdir) / "config.json").read_text())
-    validation = _validation_set(base_config)
+    base = ml_collections.ConfigDict(base_config)
+    validation = pipeline.tokenized_split(base, base.data.id_set, "validation")
     ood = {
         name: s.subset(config.ood_limit) if config.ood_limit else s for name, s in text.ood.items()
     }
@@ -152,13 +153,6 @@ def run(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
                                      "HIES alpha=0.5": hies(his, entropy, 0.5)})  # fmt: skip
     (workdir / "report.md").write_text(markdown(config, results))
     return results
-
-
-def _validation_set(base_config: dict) -> TokenizedSet:
-    config = ml_collections.ConfigDict(base_config)
-    encoder = pipeline.TextEncoder(pipeline.checkpoint_dir(config), config.data.max_tokens)
-    sentences = data.load(config.data.id_set, "validation", pipeline.data_dir(config))
-    return TokenizedSet(encoder(sentences.texts), sentences.labels, encoder.pad_id)
 
 
 def _mean_points(points: list[dict[str, Any]]) -> dict[str, Any]:

@@ -18,8 +18,9 @@ import jax
 import numpy as np
 
 import hydra_jax as hj
-from bench.timing import interleaved, medians, xla_flops
+from bench.timing import interleaved, medians
 from hydra_jax import baselines, hydra
+from hydra_jax.evaluation import xla_flops
 from hydra_jax.heads.circuit import CircuitSearch, UncertaintySet
 from hydra_jax.models.model import with_classifier
 from hydra_jax.training import TokenizedSet

@@ -16,7 +16,8 @@ import torch
 import transformers
 
 import hydra_jax as hj
-from bench.timing import interleaved, medians, xla_flops
+from bench.timing import interleaved, medians
+from hydra_jax.evaluation import xla_flops
 
 
 def main() -> None:

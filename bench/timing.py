@@ -30,11 +30,3 @@ def interleaved(
 
 def medians(times: dict[str, list[float]]) -> dict[str, float]:
     return {name: statistics.median(t) for name, t in times.items()}
-
-
-def xla_flops(compiled: Any) -> float:
-    """FLOPs XLA reports for a compiled program (`jax.jit(f).lower(...).compile()`)."""
-    analysis = compiled.cost_analysis()
-    if isinstance(analysis, list):  # older jax returned one dict per device
-        analysis = analysis[0]
-    return float(analysis["flops"])

@@ -80,11 +80,17 @@ def method_metrics(
     }
 
 
+def xla_flops(compiled: Any) -> float:
+    """FLOPs XLA reports for a compiled program (`jax.jit(f).lower(...).compile()`)."""
+    analysis = compiled.cost_analysis()
+    if isinstance(analysis, list):  # older jax returned one dict per device
+        analysis = analysis[0]
+    return float(analysis["flops"])
+
+
 def cost(method: Method, batch: dict[str, np.ndarray], repeats: int = 10) -> dict[str, float]:
     """Parameters, XLA FLOPs per example, median latency and throughput on one fixed batch."""
     compiled = jax.jit(method.forward).lower(method.weights, batch).compile()
-    analysis = compiled.cost_analysis()
-    analysis = analysis[0] if isinstance(analysis, list) else analysis
     B = batch["input_ids"].shape[0]
     jax.block_until_ready(compiled(method.weights, batch))
     times = []
@@ -95,7 +101,7 @@ def cost(method: Method, batch: dict[str, np.ndarray], repeats: int = 10) -> dic
     latency = float(np.median(times))
     return {
         "params": method.num_params,
-        "flops_per_example": float(analysis["flops"]) / B,
+        "flops_per_example": xla_flops(compiled) / B,
         "latency_ms": latency * 1e3,
         "examples_per_s": B / latency,
     }

@@ -91,11 +91,11 @@ def run(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
     workdir = Path(workdir)
     pipeline.write_config(config, workdir)
     base_dir = Path(config.base_workdir)
-    base = ml_collections.ConfigDict(json.loads((base_dir / "config.json").read_text()))
+    base = pipeline.base_config(base_dir)
     stages: dict[str, float] = {}
     start = time.perf_counter()
     seeds = list(range(base.ensemble_size)) if "deep_ensemble" in config.methods else [0]
-    trained, text = pipeline.trained(base_dir, seeds=seeds)
+    trained, text = pipeline.trained(base_dir, base, seeds=seeds)
     single = trained[0]
     stages["load baselines"] = time.perf_counter() - start
 

@@ -17,7 +17,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from hydra_jax import baselines, data, report
+from hydra_jax import baselines, data, metrics, report
 from hydra_jax.convert import from_pretrained, minilm_l6_path
 from hydra_jax.data.text import TextEncoder
 from hydra_jax.evaluation import (
@@ -121,12 +121,18 @@ def train(
     return models
 
 
-def trained(workdir: Path, seeds: list[int] | None = None) -> tuple[list[Model], TextData]:
-    """The finished members of a `train.py` workdir, from its resolved `config.json`."""
+def base_config(workdir: Path) -> ml_collections.ConfigDict:
+    """The resolved config a `train.py` run wrote to its workdir."""
     config_file = Path(workdir) / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"{config_file} not found: train the base model first")
-    config = ml_collections.ConfigDict(json.loads(config_file.read_text()))
+    return ml_collections.ConfigDict(json.loads(config_file.read_text()))
+
+
+def trained(
+    workdir: Path, config: ml_collections.ConfigDict, seeds: list[int] | None = None
+) -> tuple[list[Model], TextData]:
+    """The finished members of a `train.py` workdir trained with `config` (`base_config`)."""
     text = load_data(config)
     return train(config, workdir, text, resume_only=True, seeds=seeds), text
 
@@ -203,10 +209,9 @@ def _plots(directory: Path, name: str, predictions: dict, ood_sets: list[str]) -
         predictions["labels"],
         f"{name}: reliability (ID test)",
     )
-    msp = lambda probs: -probs.mean(1).max(-1)  # noqa: E731
     report.ood_histogram(
         directory / f"ood_scores_{name}.png",
-        msp(predictions["id_probs"]),
-        {s: msp(predictions[f"ood_{s}_probs"]) for s in ood_sets},
+        metrics.ood_score(predictions["id_probs"], "msp"),
+        {s: metrics.ood_score(predictions[f"ood_{s}_probs"], "msp") for s in ood_sets},
         f"{name}: MSP scores",
     )

@@ -89,9 +89,8 @@ def run(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
     workdir = Path(workdir)
     pipeline.write_config(config, workdir)
     start = time.perf_counter()
-    (model,), text = pipeline.trained(Path(config.base_workdir), seeds=[0])
-    base_config = json.loads((Path(config.base_workdir) / "config.json").read_text())
-    base = ml_collections.ConfigDict(base_config)
+    base = pipeline.base_config(Path(config.base_workdir))
+    (model,), text = pipeline.trained(Path(config.base_workdir), base, seeds=[0])
     validation = pipeline.tokenized_split(base, base.data.id_set, "validation")
     ood = {
         name: s.subset(config.ood_limit) if config.ood_limit else s for name, s in text.ood.items()

@@ -15,7 +15,14 @@ from pathlib import Path
 import numpy as np
 import tensorflow_datasets as tfds
 
-from hydra_jax.data.sources import SOURCE_ARCHIVE, Row, default_data_dir, fetch_command, read_rows
+from hydra_jax.data.sources import (
+    SOURCE_ARCHIVE,
+    Row,
+    default_data_dir,
+    fetch_command,
+    read_rows,
+    source_dir,
+)
 
 NUM_POSITIVE = 5152  # movieReviewSnippets ids 1..5152 are positive, the rest negative
 ID_TEST, ID_VALIDATION = 1600, 1000
@@ -110,7 +117,7 @@ def prepare(data_dir: Path | None = None) -> Path:
     mirror is switched off).
     """
     data_dir = Path(data_dir or default_data_dir())
-    archive = data_dir / "downloads" / SOURCE_ARCHIVE
+    archive = source_dir(data_dir) / SOURCE_ARCHIVE
     if not archive.is_file():
         raise FileNotFoundError(
             f"source archive {archive} not found; fetch it with: {fetch_command(data_dir)}"

@@ -73,12 +73,17 @@ def tokenized_split(
 
 
 def load_data(config: ml_collections.ConfigDict) -> TextData:
-    """Tokenised ID train/test and OOD test sets, cut to the config's limits (0 = all)."""
+    """Tokenised ID train/test and OOD test sets, cut to the config's limits (0 = all).
+
+    `data.eval_limit` caps every test set; `data.ood_limit` (optional) caps the OOD test sets
+    only; where both are set, the smaller applies.
+    """
     d = config.data
+    ood_limit = min((n for n in (d.eval_limit, d.get("ood_limit", 0)) if n), default=0)
     return TextData(
         train=tokenized_split(config, d.id_set, "train", d.train_limit),
         test=tokenized_split(config, d.id_set, "test", d.eval_limit),
-        ood={name: tokenized_split(config, name, "test", d.eval_limit) for name in d.ood_sets},
+        ood={name: tokenized_split(config, name, "test", ood_limit) for name in d.ood_sets},
     )
 
 

@@ -39,6 +39,7 @@ bench: setup
 	$(BIN)/python -m bench.forward
 	$(BIN)/python -m bench.scoring
 	$(BIN)/python -m bench.ensemble
+	$(BIN)/python -m bench.allocator
 
 # The embedded default end to end at a demo budget (configs/minilm_mr.py:demo): fine-tune single +
 # deep ensemble, build Hydra-Taylor and Hydra-Circuit, evaluate the paper's rows; writes

@@ -154,3 +154,57 @@ def test_ood_properties(id_scores, ood_scores, random):
     shuffled_id = list(id_scores)
     random.shuffle(shuffled_id)
     assert metrics.ood(np.array(shuffled_id), ood_scores) == pytest.approx(m, abs=1e-12)
+
+
+def _bootstrap_reference(id_a, ood_a, id_b, ood_b, resamples, seed):
+    """The paired bootstrap written out with sklearn's AUROC, replaying the documented draws."""
+
+    def mean_auroc(id_s, ood_s, i, js):
+        return np.mean(
+            [
+                roc_auc_score(np.r_[np.zeros(len(i)), np.ones(len(j))], np.r_[id_s[i], s[j]])
+                for s, j in zip(ood_s, js, strict=True)
+            ]
+        )
+
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(resamples):
+        i = rng.integers(0, len(id_a), len(id_a))
+        js = [rng.integers(0, len(s), len(s)) for s in ood_a]
+        draws.append(mean_auroc(id_a, ood_a, i, js) - mean_auroc(id_b, ood_b, i, js))
+    return draws
+
+
+def test_auroc_difference_matches_a_sklearn_bootstrap():
+    rng = np.random.default_rng(3)
+    id_a, id_b = rng.normal(0, 1, 40), rng.normal(0, 1, 40)
+    ood_a = [rng.normal(0.8, 1, 30), rng.normal(0.3, 1, 25)]
+    ood_b = [rng.normal(0.5, 1, 30), rng.normal(0.2, 1, 25).round(1)]  # ties too
+    result = metrics.auroc_difference(id_a, ood_a, id_b, ood_b, resamples=200, seed=5)
+    draws = _bootstrap_reference(id_a, ood_a, id_b, ood_b, 200, 5)
+    low, high = np.percentile(draws, [2.5, 97.5])
+    assert result["low"] == pytest.approx(low, abs=1e-12)
+    assert result["high"] == pytest.approx(high, abs=1e-12)
+
+    def auroc(id_s, s):
+        return roc_auc_score(np.r_[np.zeros(len(id_s)), np.ones(len(s))], np.r_[id_s, s])
+
+    full = np.mean([auroc(id_a, s) for s in ood_a]) - np.mean([auroc(id_b, s) for s in ood_b])
+    assert result["difference"] == pytest.approx(full, abs=1e-12)
+    assert result["low"] < result["difference"] < result["high"]
+
+
+def test_auroc_difference_of_a_method_with_itself_is_exactly_zero():
+    rng = np.random.default_rng(0)
+    id_s, ood_s = rng.random(20), [rng.random(10) + 0.3]
+    result = metrics.auroc_difference(id_s, ood_s, id_s, ood_s, resamples=50)
+    assert result == {"difference": 0.0, "low": 0.0, "high": 0.0}
+
+
+def test_auroc_difference_refuses_unpaired_scores():
+    s = np.arange(10.0)
+    with pytest.raises(ValueError, match="OOD set 0: 10 scores for method a but 9"):
+        metrics.auroc_difference(s, [s], s, [s[:9]])
+    with pytest.raises(ValueError, match="method a has 1 OOD sets and method b 2"):
+        metrics.auroc_difference(s, [s], s, [s, s])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -59,6 +60,19 @@ def test_results_equal_metrics_recomputed_from_predictions(smoke_run):
         assert tweets["auroc"] == results["methods"][name]["ood"]["tweets"]["auroc"]
 
 
+def test_compare_reports_the_paired_auroc_difference(smoke_run):
+    _, workdir, results = smoke_run
+    repo = Path(__file__).parent.parent
+    command = [sys.executable, str(repo / "compare.py"), f"--workdir={workdir}",
+               "--a=deep_ensemble", "--b=single", "--resamples=20"]  # fmt: skip
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    mean = {
+        m: 100 * results["methods"][m]["ood"]["mean"]["auroc"] for m in ("deep_ensemble", "single")
+    }
+    assert f"deep_ensemble: mean OOD AUROC {mean['deep_ensemble']:.2f}" in out
+    assert f"deep_ensemble - single: {mean['deep_ensemble'] - mean['single']:+.2f} points" in out
+
+
 def test_smoke_training_learns_the_synthetic_task(smoke_run):
     _, _, results = smoke_run
     # Sentiment words decide the synthetic labels; 12 steps already beat chance clearly.
@@ -71,6 +85,33 @@ def test_config_is_locked_against_typos():
         config.train.epochz = 3
     with pytest.raises(ValueError, match="unknown config variant 'smok'"):
         minilm_mr.get_config("smok")
+
+
+def test_ood_limit_caps_only_the_ood_test_sets(synthetic_data_dir):
+    config = minilm_mr.get_config("smoke")
+    config.data_dir = str(synthetic_data_dir)
+    config.data.eval_limit = 0
+    full = pipeline.load_data(config)
+    config.data.ood_limit = 7
+    capped = pipeline.load_data(config)
+    assert len(capped.test.tokens) == len(full.test.tokens) > 7
+    for name, ood in capped.ood.items():
+        assert len(full.ood[name].tokens) > 7 and len(ood.tokens) == 7
+    config.data.eval_limit = 5  # both set: the smaller applies to the OOD sets
+    both = pipeline.load_data(config)
+    assert len(both.test.tokens) == 5 and {len(o.tokens) for o in both.ood.values()} == {5}
+
+
+def test_demo_config_differs_from_the_default_only_in_its_budget():
+    default, demo = minilm_mr.get_config().to_dict(), minilm_mr.get_config("demo").to_dict()
+    changed = {
+        (group, key)
+        for group in default
+        for key in (default[group] if isinstance(default[group], dict) else [None])
+        if (default[group] if key is None else default[group][key])
+        != (demo[group] if key is None else demo[group][key])
+    }
+    assert changed == {("title", None), ("train", "epochs"), ("data", "ood_limit")}
 
 
 def test_evaluate_refuses_an_untrained_workdir(synthetic_data_dir, tmp_path):

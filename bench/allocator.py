@@ -1,0 +1,118 @@
+"""glibc malloc with and without transparent huge pages (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`).
+
+XLA:CPU allocates its large buffers on every call; glibc serves allocations over 32 MiB with fresh
+mmaps, which fault in 4 KiB pages. The tunable is read once at process start, so the two settings
+run in two worker processes that take turns (random order per round) on the same programs: one
+MiniLM-L6 fine-tuning step (AdamW, dropout on) and one forward, batch 32 x 64 tokens, CPU fp32.
+A turn is `--calls` calls back to back, as in a training or evaluation loop; the first call of a
+turn (after the worker sat idle while the other ran) is reported apart from the rest. The
+Makefile exports the tunable for every target.
+
+    .venv/bin/python -m bench.allocator [--repeats 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+_TUNABLE = "glibc.malloc.hugetlb=1"
+
+
+def worker() -> None:
+    """Answers each `NAME CALLS` line on stdin with the seconds of each of CALLS calls of NAME."""
+    import jax
+    import jax.numpy as jnp
+
+    import hydra_jax as hj
+    from hydra_jax import baselines, training
+    from hydra_jax.models.model import with_classifier
+
+    model = with_classifier(hj.from_pretrained(hj.minilm_l6_path()), 2, jax.random.key(0))
+    settings = training.TrainSettings()
+    optimizer = training.make_optimizer(settings, 1000)
+    step = training.make_train_step(model, optimizer)
+    params = jax.tree.map(jnp.array, model.params)
+    state = training.TrainState(
+        jnp.zeros((), jnp.int32), params, optimizer.init(params), jnp.zeros((2,), jnp.int32)
+    )
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, 30000, (32, 64)).astype(np.int32)
+    batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": 0 * ids}
+    labels = rng.integers(0, 2, 32)
+    forward = jax.jit(baselines.single(model))
+
+    def train_step() -> None:
+        nonlocal state
+        state, _ = step(state, {**batch, "labels": labels}, jax.random.key(int(state.step)))
+        jax.block_until_ready(state)
+
+    programs = {
+        "train step": train_step,
+        "forward": lambda: jax.block_until_ready(forward(model.params, batch)),
+    }
+    for program in programs.values():  # compile and warm up
+        program()
+        program()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        name, calls = line.rsplit(maxsplit=1)
+        seconds = []
+        for _ in range(int(calls)):
+            start = time.perf_counter()
+            programs[name]()
+            seconds.append(time.perf_counter() - start)
+        print(" ".join(map(str, seconds)), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=8)
+    parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker()
+        return
+    base_env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    settings = {"4 KiB pages (glibc default)": base_env,
+                "huge pages (hugetlb=1)": {**base_env, "GLIBC_TUNABLES": _TUNABLE}}  # fmt: skip
+    command = [sys.executable, "-m", "bench.allocator", "--worker"]
+    pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    workers = {name: subprocess.Popen(command, env=env, **pipes) for name, env in settings.items()}
+    for name, process in workers.items():
+        if process.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"worker {name!r} failed to start")
+    rng = np.random.default_rng(0)
+    programs = ("train step", "forward")
+    first = {(s, p): [] for s in settings for p in programs}
+    rest = {(s, p): [] for s in settings for p in programs}
+    for _ in range(args.repeats):
+        for program in programs:
+            for i in rng.permutation(len(settings)):
+                name = list(settings)[i]
+                workers[name].stdin.write(f"{program} {args.calls}\n")
+                workers[name].stdin.flush()
+                seconds = [float(t) for t in workers[name].stdout.readline().split()]
+                first[name, program].append(seconds[0])
+                rest[name, program] += seconds[1:]
+    for process in workers.values():
+        process.stdin.close()
+        process.wait()
+    print(f"MiniLM-L6, batch 32 x 64 tokens, CPU fp32, {args.repeats} interleaved rounds of "
+          f"{args.calls} calls; medians")  # fmt: skip
+    default, huge = settings
+    for program in programs:
+        for label, times in (("back to back", rest), ("first after idle", first)):
+            a, b = np.median(times[default, program]), np.median(times[huge, program])
+            print(f"{program:<11}{label:<17} {default}: {a * 1e3:6.1f} ms   {huge}: "
+                  f"{b * 1e3:6.1f} ms   ratio {b / a:.3f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

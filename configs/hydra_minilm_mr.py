@@ -10,8 +10,10 @@ Full table (after the baselines are trained; about 40 minutes on 2 CPU cores):
     python evaluate.py --config configs/hydra_minilm_mr.py --workdir runs/hydra_minilm_mr
 
 `demo` variant (the paper's rows: single, deep_ensemble, mc_dropout, hydra_taylor,
-hydra_circuit), what `make demo` runs:
+hydra_circuit, on the baselines of `configs/minilm_mr.py:demo`), what `make demo` runs; about
+17 minutes after the baselines, 23 minutes for the whole of `make demo`:
 
+    python train.py --config configs/minilm_mr.py:demo --workdir runs/demo_baselines
     python evaluate.py --config configs/hydra_minilm_mr.py:demo --workdir runs/demo
 
 `smoke` variant (on the smoke baselines workdir runs/smoke; about a minute).

@@ -7,8 +7,8 @@ BIN := $(VENV)/bin
 DATA ?= $(or $(HYDRA_JAX_DATA),$(HOME)/.cache/hydra_jax)
 SOURCE := $(DATA)/downloads/vaderSentiment-3.3.2.tar.gz
 # XLA:CPU allocates large buffers on every call; glibc serves them with fresh mmaps that fault in
-# 4 KiB pages. Transparent huge pages for malloc cut that cost: a fine-tuning step is about 20%
-# faster on our 2-core machine (README, "Speed").
+# 4 KiB pages. Transparent huge pages for malloc cut that cost: in a loop, a fine-tuning step is
+# about 24% faster on our 2-core machine (bench/allocator.py; README, "Benchmarks").
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 
 .PHONY: setup test lint bench smoke baselines prune hydra demo clean

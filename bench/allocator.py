@@ -8,7 +8,7 @@ A turn is `--calls` calls back to back, as in a training or evaluation loop; the
 turn (after the worker sat idle while the other ran) is reported apart from the rest. The
 Makefile exports the tunable for every target.
 
-    .venv/bin/python -m bench.allocator [--repeats 15]
+    .venv/bin/python -m bench.allocator [--repeats 8] [--calls 5]
 """
 
 from __future__ import annotations
@@ -27,23 +27,19 @@ _TUNABLE = "glibc.malloc.hugetlb=1"
 def worker() -> None:
     """Answers each `NAME CALLS` line on stdin with the seconds of each of CALLS calls of NAME."""
     import jax
-    import jax.numpy as jnp
 
     import hydra_jax as hj
     from hydra_jax import baselines, training
+    from hydra_jax.evaluation import random_tokens
     from hydra_jax.models.model import with_classifier
 
     model = with_classifier(hj.from_pretrained(hj.minilm_l6_path()), 2, jax.random.key(0))
     settings = training.TrainSettings()
     optimizer = training.make_optimizer(settings, 1000)
     step = training.make_train_step(model, optimizer)
-    params = jax.tree.map(jnp.array, model.params)
-    state = training.TrainState(
-        jnp.zeros((), jnp.int32), params, optimizer.init(params), jnp.zeros((2,), jnp.int32)
-    )
+    state = training.TrainState.create(model.params, optimizer)
     rng = np.random.default_rng(0)
-    ids = rng.integers(1000, 30000, (32, 64)).astype(np.int32)
-    batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": 0 * ids}
+    batch = random_tokens(rng, 32, 64)
     labels = rng.integers(0, 2, 32)
     forward = jax.jit(baselines.single(model))
 
@@ -92,10 +88,11 @@ def main() -> None:
     programs = ("train step", "forward")
     first = {(s, p): [] for s in settings for p in programs}
     rest = {(s, p): [] for s in settings for p in programs}
+    names = list(settings)
     for _ in range(args.repeats):
         for program in programs:
-            for i in rng.permutation(len(settings)):
-                name = list(settings)[i]
+            for i in rng.permutation(len(names)):
+                name = names[i]
                 workers[name].stdin.write(f"{program} {args.calls}\n")
                 workers[name].stdin.flush()
                 seconds = [float(t) for t in workers[name].stdout.readline().split()]
@@ -106,7 +103,7 @@ def main() -> None:
         process.wait()
     print(f"MiniLM-L6, batch 32 x 64 tokens, CPU fp32, {args.repeats} interleaved rounds of "
           f"{args.calls} calls; medians")  # fmt: skip
-    default, huge = settings
+    default, huge = names
     for program in programs:
         for label, times in (("back to back", rest), ("first after idle", first)):
             a, b = np.median(times[default, program]), np.median(times[huge, program])

@@ -22,7 +22,7 @@ import numpy as np
 import hydra_jax as hj
 from bench.timing import interleaved, medians
 from hydra_jax import baselines, hydra
-from hydra_jax.evaluation import xla_flops
+from hydra_jax.evaluation import random_tokens, xla_flops
 from hydra_jax.heads.circuit import CircuitSearch, UncertaintySet
 from hydra_jax.models.model import with_classifier
 from hydra_jax.training import TokenizedSet
@@ -44,9 +44,7 @@ def main() -> None:
     L, N = single.config.encoder.num_layers, single.config.encoder.num_heads[0]
     sets = hydra.stratified_head_sets(np.random.default_rng(0).random((L, N)), M)
     fused = hydra.fuse(hydra.members_from(single, sets))
-    rng = np.random.default_rng(0)
-    ids = rng.integers(1000, 30000, (32, 64)).astype(np.int32)
-    batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": 0 * ids}
+    batch = random_tokens(np.random.default_rng(0), 32, 64)
 
     forwards = {
         "single": (baselines.single(single), single.params),

@@ -15,6 +15,7 @@ import numpy as np
 
 import hydra_jax as hj
 from bench.timing import interleaved, medians
+from hydra_jax.evaluation import random_tokens
 from hydra_jax.heads import scoring
 from hydra_jax.models.model import with_classifier
 
@@ -27,9 +28,8 @@ def main() -> None:
     args = parser.parse_args()
     model = with_classifier(hj.from_pretrained(hj.minilm_l6_path()), 2, jax.random.key(0))
     rng = np.random.default_rng(0)
-    ids = rng.integers(1000, 30000, (args.examples, args.tokens)).astype(np.int32)
-    batch = {"input_ids": ids, "attention_mask": np.ones_like(ids),
-             "token_type_ids": 0 * ids, "labels": rng.integers(0, 2, args.examples)}  # fmt: skip
+    batch = random_tokens(rng, args.examples, args.tokens)
+    batch["labels"] = rng.integers(0, 2, args.examples)
     stats = scoring._head_stats(model, use_labels=True)
     forward = jax.jit(lambda p, b: model.apply(p, **b).logits)
     inputs = {k: v for k, v in batch.items() if k != "labels"}

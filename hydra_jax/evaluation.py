@@ -88,6 +88,12 @@ def xla_flops(compiled: Any) -> float:
     return float(analysis["flops"])
 
 
+def random_tokens(rng: np.random.Generator, batch_size: int, tokens: int) -> dict[str, np.ndarray]:
+    """A full-length batch of random word-piece ids `[B, T]` (no padding): latency measurements."""
+    ids = rng.integers(1000, 30000, (batch_size, tokens)).astype(np.int32)
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": 0 * ids}
+
+
 def cost(method: Method, batch: dict[str, np.ndarray], repeats: int = 10) -> dict[str, float]:
     """Parameters, XLA FLOPs per example, median latency and throughput on one fixed batch."""
     compiled = jax.jit(method.forward).lower(method.weights, batch).compile()

@@ -25,6 +25,7 @@ from hydra_jax.evaluation import (
     cost,
     method_metrics,
     predict,
+    random_tokens,
     save_predictions,
     softmax,
     write_results,
@@ -160,9 +161,8 @@ def methods(config: ml_collections.ConfigDict, models: list[Model]) -> list[Meth
 
 
 def latency_batch(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
-    B, T = config.eval.latency_batch, config.eval.latency_tokens
-    ids = np.random.default_rng(0).integers(1000, 30000, (B, T)).astype(np.int32)
-    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": 0 * ids}
+    e = config.eval
+    return random_tokens(np.random.default_rng(0), e.latency_batch, e.latency_tokens)
 
 
 def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:

@@ -69,6 +69,17 @@ class TrainState:
     opt_state: Any
     data_position: jax.Array  # [2] int32: (epoch, batch in epoch) of the next batch
 
+    @classmethod
+    def create(cls, params: Any, optimizer: optax.GradientTransformation) -> TrainState:
+        """Step 0 with a copy of `params` (the train step donates its state)."""
+        params = jax.tree.map(jnp.array, params)
+        return cls(
+            step=jnp.zeros((), jnp.int32),
+            params=params,
+            opt_state=optimizer.init(params),
+            data_position=jnp.zeros((2,), jnp.int32),
+        )
+
 
 def _decay_mask(params: Any) -> Any:
     """Weight decay on matrices only: not on biases, LayerNorm scales or embeddings' norms."""
@@ -157,13 +168,7 @@ def fit(
     workdir.mkdir(parents=True, exist_ok=True)
     steps_per_epoch, total_steps = schedule_length(len(train.tokens), settings)
     optimizer = make_optimizer(settings, total_steps)
-    params = jax.tree.map(jnp.array, model.params)  # a copy: the step donates its input
-    state = TrainState(
-        step=jnp.zeros((), jnp.int32),
-        params=params,
-        opt_state=optimizer.init(params),
-        data_position=jnp.zeros((2,), jnp.int32),
-    )
+    state = TrainState.create(model.params, optimizer)
     manager = ocp.CheckpointManager(
         workdir / "checkpoints",
         options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True),

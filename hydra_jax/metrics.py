@@ -34,6 +34,20 @@ def _member_probs(probs: np.ndarray) -> np.ndarray:
     return probs
 
 
+def _check_distributions(members: np.ndarray, atol: float = 1e-3) -> None:
+    """Refuses `[B, M, C]` rows that are not probability distributions (logits, say)."""
+    negative = np.nonzero((members < 0).any(axis=(1, 2)))[0]
+    sums = members.sum(-1)  # [B, M]
+    off = np.nonzero((np.abs(sums - 1) > atol).any(axis=1))[0]
+    if negative.size or off.size:
+        bad = negative if negative.size else off
+        what = "negative values" if negative.size else f"rows summing to {sums[bad[0]].tolist()}"
+        raise ValueError(
+            f"probs are not probabilities: examples {bad[:5].tolist()} have {what} "
+            f"(tolerance {atol}); pass softmax(logits), not logits"
+        )
+
+
 def _entropy(p: np.ndarray) -> np.ndarray:
     """Shannon entropy (nats) over the last axis, with 0 log 0 = 0."""
     return -np.sum(np.where(p > 0, p * np.log(np.maximum(p, _TINY)), 0.0), axis=-1)
@@ -55,9 +69,11 @@ def calibration(
 ) -> dict[str, float]:
     """ECE (equal-width bins), aECE (equal-mass bins) and MCE of top-label confidence.
 
-    Equal-width bins are `[b/n, (b+1)/n)`, the last one closed (torchmetrics' bucketize,
-    `right=True`). Equal-mass bins split the confidence-sorted examples into `num_bins` groups
-    whose sizes differ by at most one.
+    Equal-width bins are `[b/n, (b+1)/n)`, the last one closed: a confidence of exactly 1.0
+    falls in bin n (the textbook rule). torchmetrics, which torch-uncertainty uses, gives 1.0
+    a bin of its own, so the two differ when some confidence is exactly 1.0 (rare in float32
+    softmax outputs, but possible). Equal-mass bins split the confidence-sorted examples into
+    `num_bins` groups whose sizes differ by at most one.
     """
     confidence = np.asarray(confidence, np.float64)
     correct = np.asarray(correct, np.float64)
@@ -99,13 +115,24 @@ def classification(probs: np.ndarray, labels: np.ndarray, num_bins: int = 15) ->
       `mutual_information, disagreement, pairwise_kl`.
 
     Raises:
-      ValueError: NaN/inf probabilities, empty input, or mismatched label count.
+      ValueError: NaN/inf probabilities, empty input, inputs that are not probabilities
+        (negative, or rows not summing to 1: logits?), or labels of the wrong shape, type or
+        range.
     """
     members = _member_probs(probs)
+    _check_distributions(members)
     labels = np.asarray(labels)
     B, M, C = members.shape
     if labels.shape != (B,):
         raise ValueError(f"labels must be [B] = [{B}], got shape {labels.shape}")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels must be integer classes, got dtype {labels.dtype}")
+    outside = np.nonzero((labels < 0) | (labels >= C))[0]
+    if outside.size:
+        raise ValueError(
+            f"labels must be classes in [0, {C}); examples {outside[:5].tolist()} have "
+            f"{labels[outside[:5]].tolist()}"
+        )
     p = members.mean(axis=1)  # [B, C]
     prediction = p.argmax(-1)
     confidence = p.max(-1)
@@ -205,14 +232,15 @@ def _check_scores(scores: np.ndarray, name: str) -> np.ndarray:
 def ood(
     id_scores: np.ndarray,
     ood_scores: np.ndarray,
-    fpr95_convention: Literal["closest", "first_above"] = "closest",
+    fpr95_convention: Literal["first_above", "closest"] = "first_above",
 ) -> dict[str, float]:
     """AUROC, AUPR and FPR95 for separating OOD (positive) from ID by score (higher = OOD).
 
     AUROC counts ties as half (as scikit-learn). AUPR is average precision with OOD positive.
-    FPR95: the fraction of ID examples flagged at the operating point whose OOD recall is
-    closest to 95% (ties to the larger FPR; torch-uncertainty's convention), or with
-    `fpr95_convention="first_above"` at the first point reaching 95%.
+    FPR95: the fraction of ID examples flagged at the first ROC point whose OOD recall reaches
+    95% (`"first_above"`, the convention of torch-uncertainty 0.13 and pytorch-ood 0.4), or with
+    `fpr95_convention="closest"` at the point whose recall is closest to 95% (ties to the larger
+    FPR; the older rule of earlier torch-uncertainty releases).
 
     Returns:
       `{"auroc", "aupr", "fpr95"}` as fractions in [0, 1].

@@ -11,6 +11,8 @@ import zipfile
 import jax
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from safetensors.numpy import load_file, save_file
 
 import hydra_jax as hj
@@ -152,33 +154,176 @@ def test_bin_with_foreign_global_is_refused_without_running_it(bert_dir, tmp_pat
     assert not (tmp_path / "pwned").exists()
 
 
-def _opcodes_for_strided_tensor() -> bytes:
-    """Protocol-2 pickle of `{"t": _rebuild_tensor_v2(FloatStorage key "0", offset 1, size (2, 3),
-    stride (1, 2))}`, written opcode by opcode as `torch.save` would, so no torch is needed."""
+def _torch_pickle(offset=1, size=(2, 3), stride=(1, 2), numel=7, storage="FloatStorage") -> bytes:
+    """Protocol-2 pickle of `{"t": _rebuild_tensor_v2(<storage> key "0" of `numel` elements,
+    offset, size, stride)}`, written opcode by opcode as `torch.save` would (no torch needed).
+    Integers are LONG1 opcodes, so any value, negative or huge, can be written."""
 
     def text(s: str) -> bytes:
         return b"X" + struct.pack("<I", len(s)) + s.encode()
 
     def integer(i: int) -> bytes:
-        return b"J" + struct.pack("<i", i)
+        raw = i.to_bytes(max(1, (i.bit_length() + 8) // 8), "little", signed=True)
+        return b"\x8a" + bytes([len(raw)]) + raw
 
     def global_(module: str, name: str) -> bytes:
         return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
 
-    persistent_id = b"(" + text("storage") + global_("torch", "FloatStorage")
-    persistent_id += text("0") + text("cpu") + integer(7) + b"tQ"  # BINPERSID
-    args = b"(" + persistent_id + integer(1) + b"(" + integer(2) + integer(3) + b"t"
-    args += b"(" + integer(1) + integer(2) + b"t" + b"\x89N" + b"t"  # requires_grad, hooks
+    def tuple_(values) -> bytes:
+        return b"(" + b"".join(integer(v) for v in values) + b"t"
+
+    persistent_id = b"(" + text("storage") + global_("torch", storage)
+    persistent_id += text("0") + text("cpu") + integer(numel) + b"tQ"  # BINPERSID
+    args = b"(" + persistent_id + integer(offset) + tuple_(size) + tuple_(stride)
+    args += b"\x89N" + b"t"  # requires_grad, hooks
     tensor = global_("torch._utils", "_rebuild_tensor_v2") + args + b"R"
     return b"\x80\x02}" + text("t") + tensor + b"s."
+
+
+def _write_bin(path, pickled: bytes, storage: bytes):
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("x/data.pkl", pickled)
+        archive.writestr("x/data/0", storage)
+        archive.writestr("x/byteorder", "little")
+    return path
 
 
 def test_bin_reader_rebuilds_strided_tensors(tmp_path):
     """A hand-written torch-format archive: a [2, 3] tensor stored transposed, offset by one."""
     storage = np.arange(7, dtype=np.float32)
-    with zipfile.ZipFile(tmp_path / "x.bin", "w") as archive:
-        archive.writestr("x/data.pkl", _opcodes_for_strided_tensor())
-        archive.writestr("x/data/0", storage.tobytes())
-        archive.writestr("x/byteorder", "little")
-    loaded = load_torch_bin(tmp_path / "x.bin")
+    loaded = load_torch_bin(_write_bin(tmp_path / "x.bin", _torch_pickle(), storage.tobytes()))
     np.testing.assert_array_equal(loaded["t"], storage[1:].reshape(3, 2).T)
+
+
+def _reference(storage: np.ndarray, offset: int, size: tuple, stride: tuple) -> np.ndarray:
+    """Element-by-element gather: what a tensor that fits its storage holds."""
+    out = np.zeros(size, storage.dtype)
+    if out.size == 0:
+        return out
+    for index in np.ndindex(*size):
+        out[index] = storage[offset + sum(i * s for i, s in zip(index, stride, strict=True))]
+    return out
+
+
+_INDEX = st.one_of(st.integers(-3, 12), st.sampled_from([2**31, 2**40, 2**63 - 1, -(2**40)]))
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rank=st.integers(0, 3),
+    data=st.data(),
+    numel=st.integers(0, 40) | st.sampled_from([2**40, -1]),
+    byte_error=st.sampled_from([0, 0, 0, -4, 4, -1]),
+    offset=_INDEX,
+)
+def test_bin_reader_refuses_hostile_geometry_cleanly(
+    tmp_path, rank, data, numel, byte_error, offset
+):
+    """Any size/stride/offset/storage length: the exact tensor, or a ValueError naming it."""
+    size = tuple(data.draw(st.lists(_INDEX, min_size=rank, max_size=rank)))
+    stride = tuple(data.draw(st.lists(_INDEX, min_size=rank, max_size=rank)))
+    real = max(0, min(numel, 40))
+    storage = np.arange(real, dtype=np.float32) + 0.5
+    raw = storage.tobytes()
+    raw = raw[: max(0, len(raw) + byte_error)] if byte_error < 0 else raw + b"\0" * byte_error
+    path = _write_bin(tmp_path / "h.bin", _torch_pickle(offset, size, stride, numel), raw)
+    fits = (
+        min((numel, offset, *size, *stride), default=0) >= 0
+        and numel <= 40
+        and len(raw) == 4 * numel
+        and (
+            0 in size
+            or offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True)) < numel
+        )
+        and np.prod(size, dtype=object) <= numel
+        and np.prod([n for n in size if n], dtype=object) * 4 < 2**62
+    )
+    if fits:
+        np.testing.assert_array_equal(
+            load_torch_bin(path)["t"], _reference(storage, offset, size, stride)
+        )
+    else:
+        with pytest.raises(ValueError, match=r"h\.bin, tensor 't'"):
+            load_torch_bin(path)
+
+
+def test_bin_reader_names_a_tensor_past_its_storage(tmp_path):
+    raw = np.zeros(7, np.float32).tobytes()
+    path = _write_bin(tmp_path / "w.bin", _torch_pickle(offset=2, size=(3, 3), stride=(3, 1)), raw)
+    with pytest.raises(ValueError, match=r"w\.bin, tensor 't'.*reach element 10, past the end"):
+        load_torch_bin(path)
+    short = _write_bin(tmp_path / "s.bin", _torch_pickle(), raw[:-4])
+    with pytest.raises(ValueError, match=r"holds 24 bytes, but the pickle declares 7 x"):
+        load_torch_bin(short)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "message"),
+    [(np.int8, "has dtype int8, but the model expects floating-point float32"),
+     (np.bool_, "has dtype bool"),
+     (np.float32, "has 1 NaN/inf values")],
+)  # fmt: skip
+def test_integer_bool_and_non_finite_weights_are_refused_by_name(
+    bert_dir, tmp_path, dtype, message
+):
+    def edit(t):
+        weight = t["bert.pooler.dense.weight"]
+        if dtype == np.float32:
+            weight = weight.copy()
+            weight[0, 0] = np.nan
+        return {**t, "bert.pooler.dense.weight": weight.astype(dtype)}
+
+    path = copy_with(bert_dir[1], tmp_path / "d", tensors=edit)
+    with pytest.raises(hj.ConversionError, match=rf"d: tensor 'pooler.dense.weight' {message}"):
+        hj.from_pretrained(path)
+
+
+def test_half_and_double_weights_convert_and_say_so_once(bert_dir, tmp_path, caplog):
+    model, src = bert_dir
+    names = ["bert.pooler.dense.weight", "bert.pooler.dense.bias", "classifier.weight"]
+    dtypes = [np.float16, np.float16, np.float64]
+    path = copy_with(src, tmp_path / "h", tensors=lambda t: {
+        **t, **{n: t[n].astype(d) for n, d in zip(names, dtypes, strict=True)}})  # fmt: skip
+    with caplog.at_level("WARNING", logger="hydra_jax.convert.common"):
+        loaded = hj.from_pretrained(path)
+    assert [r.getMessage() for r in caplog.records] == [
+        "converted 2 float16, 1 float64 tensors to float32 parameters"
+    ]
+    assert loaded.params["pooler"]["kernel"].dtype == np.float32
+    np.testing.assert_allclose(loaded.params["pooler"]["kernel"], model.params["pooler"]["kernel"],
+                               atol=1e-3)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("write", "message"),
+    [
+        (lambda d: (d / "config.json").write_text("{oops"), r"config\.json is not valid JSON"),
+        (lambda d: (d / "config.json").write_text("[1, 2]"), r"holds a JSON list, not an object"),
+        (lambda d: _edit_json(d, lambda h: h.pop("hidden_size")),
+         r"f: config lacks the required field 'hidden_size'"),
+        (lambda d: _edit_json(d, lambda h: h.update(hidden_size="12")),
+         r"field 'hidden_size' is '12' \(str\), expected int"),
+        (lambda d: _edit_json(d, lambda h: h.update(layer_norm_eps=True)),
+         r"field 'layer_norm_eps' is True \(bool\), expected float or int"),
+        (lambda d: _truncate(d / "model.safetensors"),
+         r"model\.safetensors is not a readable safetensors file \(truncated or corrupt\?\)"),
+    ],
+)  # fmt: skip
+def test_file_errors_name_the_file_and_the_problem(bert_dir, tmp_path, write, message):
+    path = copy_with(bert_dir[1], tmp_path / "f")
+    write(path)
+    with pytest.raises(hj.ConversionError, match=message):
+        hj.from_pretrained(path)
+
+
+def _edit_json(directory, edit):
+    hf = json.loads((directory / "config.json").read_text())
+    edit(hf)
+    (directory / "config.json").write_text(json.dumps(hf))
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])

@@ -72,6 +72,29 @@ def test_labels_of_wrong_shape_are_refused():
         metrics.classification(HAND_PROBS, np.zeros(3, int))
 
 
+@pytest.mark.parametrize("labels", [[0, 1, 2, 1], [0, -1, 1, 1]])
+def test_labels_out_of_range_are_refused(labels):
+    with pytest.raises(ValueError, match=r"labels must be classes in \[0, 2\); examples \[\d\]"):
+        metrics.classification(HAND_PROBS, np.array(labels))
+    with pytest.raises(ValueError, match="labels must be integer classes"):
+        metrics.classification(HAND_PROBS, np.array(HAND_LABELS, float))
+
+
+def test_logits_and_unnormalised_rows_are_refused_with_a_softmax_hint():
+    logits = np.log(HAND_PROBS) + 1.5  # rows of logits: negative and not summing to 1
+    with pytest.raises(ValueError, match=r"not probabilities: .*negative.*softmax\(logits\)"):
+        metrics.classification(logits, HAND_LABELS)
+    scaled = HAND_PROBS * 1.01  # non-negative, but rows sum to 1.01
+    with pytest.raises(ValueError, match=r"examples \[0, 1, 2, 3\] have rows summing to"):
+        metrics.classification(scaled, HAND_LABELS)
+    members = np.stack([HAND_PROBS, HAND_PROBS], axis=1)
+    members[2, 1] = [0.5, 0.6]  # one member of one example
+    with pytest.raises(ValueError, match=r"examples \[2\] have rows summing"):
+        metrics.classification(members, HAND_LABELS)
+    float32 = HAND_PROBS.astype(np.float32)  # float32 softmax rounding is accepted
+    assert metrics.classification(float32, HAND_LABELS)["acc"] == pytest.approx(0.75)
+
+
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_auroc_and_aupr_match_sklearn(seed, ties):
@@ -85,9 +108,10 @@ def test_auroc_and_aupr_match_sklearn(seed, ties):
     assert m["auroc"] == pytest.approx(roc_auc_score(y, s), abs=1e-12)
     assert m["aupr"] == pytest.approx(average_precision_score(y, s), abs=1e-12)
     fpr, tpr, _ = roc_curve(y, s, drop_intermediate=False)
-    assert m["fpr95"] == pytest.approx(fpr[np.abs(tpr - 0.95) == np.abs(tpr - 0.95).min()].max())
-    first = metrics.ood(id_scores, ood_scores, fpr95_convention="first_above")["fpr95"]
-    assert first == pytest.approx(fpr[np.argmax(tpr >= 0.95)])
+    # Default: the first ROC point reaching 95% recall (torch-uncertainty 0.13, pytorch-ood 0.4).
+    assert m["fpr95"] == pytest.approx(fpr[np.argmax(tpr >= 0.95)])
+    closest = metrics.ood(id_scores, ood_scores, fpr95_convention="closest")["fpr95"]
+    assert closest == pytest.approx(fpr[np.abs(tpr - 0.95) == np.abs(tpr - 0.95).min()].max())
 
 
 def test_fpr95_conventions_differ_as_documented():
@@ -95,9 +119,9 @@ def test_fpr95_conventions_differ_as_documented():
     # OOD recall is 0.94 down to the threshold 0.4 (FPR 0.25), then 1.0 at 0.3, where one ID
     # example ties with the last OOD ones (FPR 0.5).
     ood_scores = np.r_[np.full(47, 1.0), np.full(3, 0.3)]
-    assert metrics.ood(id_scores, ood_scores)["fpr95"] == 0.25  # 0.94 is closest to 0.95
-    first = metrics.ood(id_scores, ood_scores, fpr95_convention="first_above")["fpr95"]
-    assert first == 0.5
+    closest = metrics.ood(id_scores, ood_scores, fpr95_convention="closest")["fpr95"]
+    assert closest == 0.25  # 0.94 is closest to 0.95
+    assert metrics.ood(id_scores, ood_scores)["fpr95"] == 0.5  # the default: first >= 0.95
 
 
 def test_ood_scores_hand_worked():

@@ -30,8 +30,11 @@ def from_pretrained(path: str | Path) -> Model:
       A `Model` with `.config`, `.params` and a pure `.apply`.
 
     Raises:
-      ConversionError: unknown `model_type` or config field; missing, extra or mis-shaped tensors.
+      ConversionError: an unreadable file; an unknown `model_type` or config field, a missing
+        field or one of the wrong type; missing, extra or mis-shaped tensors; integer, bool or
+        non-finite weights. The message names the directory or file and the field or tensor.
       UnsafePickleError: a `.bin` pickle names a global outside the allow-list.
+      ValueError: a `.bin` tensor that reaches outside its storage (file and tensor named).
     """
     path = Path(path)
     if not path.is_dir():
@@ -45,7 +48,11 @@ def from_pretrained(path: str | Path) -> Model:
             f"unknown model_type {model_type!r} in {path / 'config.json'}; "
             f"supported: {sorted(_LOADERS)}"
         )
-    return _LOADERS[model_type](hf, read_state_dict(path))
+    tensors = read_state_dict(path)
+    try:
+        return _LOADERS[model_type](hf, tensors)
+    except ConversionError as error:  # name the directory: the message names field or tensor
+        raise ConversionError(f"{path}: {error}") from None
 
 
 def save_pretrained(model: Model, path: str | Path) -> None:

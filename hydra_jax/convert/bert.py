@@ -5,24 +5,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import jax
-
 from hydra_jax.convert.common import (
     ConversionError,
     Rule,
     attention,
     check_fields,
     dense,
+    encoder_config,
+    encoder_hf_fields,
     expand,
-    fill,
+    field,
+    label_fields,
     layer_norm,
+    load_model,
+    num_labels,
     require,
     strip_prefix,
     to_hf_tensors,
     write_hf,
 )
-from hydra_jax.models import BertConfig, EncoderConfig, Model
-from hydra_jax.models.encoder import ACTIVATIONS
+from hydra_jax.models import BertConfig, Model
 
 HANDLED = (
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -57,36 +59,18 @@ CLASSIFIER_RULES = dense("classifier", "classifier")
 
 def config_from_hf(hf: dict[str, Any], has_pooler: bool) -> BertConfig:
     check_fields(hf, HANDLED, "BERT")
-    require(
-        hf.get("position_embedding_type", "absolute") == "absolute",
-        f"BERT position_embedding_type={hf.get('position_embedding_type')!r}: only 'absolute'",
-    )
-    require(hf["hidden_act"] in ACTIVATIONS, f"BERT hidden_act={hf['hidden_act']!r} unsupported")
-    D, N = hf["hidden_size"], hf["num_attention_heads"]
-    require(D % N == 0, f"BERT hidden_size {D} is not divisible by num_attention_heads {N}")
-    is_classifier = any(
-        a.endswith("ForSequenceClassification") for a in hf.get("architectures", [])
-    )
-    encoder = EncoderConfig(
-        num_heads=(N,) * hf["num_hidden_layers"],
-        width=D,
-        head_dim=D // N,
-        mlp_dim=hf["intermediate_size"],
-        activation=hf["hidden_act"],
-        layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
-        pre_norm=False,
-        dropout=hf.get("hidden_dropout_prob", 0.1),
-        attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
-    )
+    position = field(hf, "position_embedding_type", str, "absolute")
+    require(position == "absolute", f"BERT position_embedding_type={position!r}: only 'absolute'")
+    classifier_dropout = field(hf, "classifier_dropout", float, None)
     return BertConfig(
-        encoder=encoder,
-        vocab_size=hf["vocab_size"],
-        max_positions=hf.get("max_position_embeddings", 512),
-        type_vocab_size=hf.get("type_vocab_size", 2),
-        pad_token_id=hf.get("pad_token_id", 0) or 0,
+        encoder=encoder_config(hf, "BERT", pre_norm=False, dropout_default=0.1),
+        vocab_size=field(hf, "vocab_size", int),
+        max_positions=field(hf, "max_position_embeddings", int, 512),
+        type_vocab_size=field(hf, "type_vocab_size", int, 2),
+        pad_token_id=field(hf, "pad_token_id", int, 0),
         pooler=has_pooler,
-        num_labels=len(hf.get("id2label", {0: 0, 1: 1})) if is_classifier else 0,
-        classifier_dropout=hf.get("classifier_dropout"),
+        num_labels=num_labels(hf, "ForSequenceClassification"),
+        classifier_dropout=None if classifier_dropout is None else float(classifier_dropout),
     )
 
 
@@ -102,8 +86,7 @@ def rules_for(config: BertConfig) -> list[Rule]:
 def load(hf: dict[str, Any], tensors: dict[str, Any]) -> Model:
     tensors = strip_prefix(tensors, "bert.")
     config = config_from_hf(hf, has_pooler="pooler.dense.weight" in tensors)
-    target = jax.eval_shape(lambda: Model.init(config, jax.random.key(0)).params)
-    return Model(config, fill(rules_for(config), tensors, target, IGNORED))
+    return load_model(config, rules_for(config), tensors, IGNORED)
 
 
 def export(model: Model, path: Path) -> None:
@@ -112,30 +95,18 @@ def export(model: Model, path: Path) -> None:
     if not isinstance(c, BertConfig):
         raise ConversionError(f"expected a BERT model, got {type(c).__name__}")
     e = c.encoder
-    require(
-        len(set(e.num_heads)) == 1 and e.num_heads[0] * e.head_dim == e.width,
-        f"HF BERT needs the same N heads in every layer with N*K == D; this model has "
-        f"{list(e.num_heads)} heads of dim {e.head_dim} at width {e.width}",
-    )
     hf = {
         "model_type": "bert",
         "architectures": ["BertForSequenceClassification" if c.num_labels else "BertModel"],
+        **encoder_hf_fields(e, "BERT"),
         "vocab_size": c.vocab_size,
-        "hidden_size": e.width,
-        "num_hidden_layers": e.num_layers,
-        "num_attention_heads": e.num_heads[0],
-        "intermediate_size": e.mlp_dim,
-        "hidden_act": e.activation,
         "hidden_dropout_prob": e.dropout,
         "attention_probs_dropout_prob": e.attention_dropout,
         "max_position_embeddings": c.max_positions,
         "type_vocab_size": c.type_vocab_size,
-        "layer_norm_eps": e.layer_norm_eps,
         "pad_token_id": c.pad_token_id,
         "classifier_dropout": c.classifier_dropout,
+        **(label_fields(c.num_labels) if c.num_labels else {}),
     }
-    if c.num_labels:
-        hf["id2label"] = {str(i): f"LABEL_{i}" for i in range(c.num_labels)}
-        hf["label2id"] = {f"LABEL_{i}": i for i in range(c.num_labels)}
     prefix = "bert." if c.num_labels else ""
     write_hf(path, hf, to_hf_tensors(rules_for(c), model.params, prefix))

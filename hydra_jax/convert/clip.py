@@ -4,21 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
-
 from hydra_jax.convert.common import (
     CONV,
     Rule,
     attention,
     check_fields,
     dense,
+    encoder_config,
     expand,
-    fill,
+    field,
     layer_norm,
-    require,
+    load_model,
 )
 from hydra_jax.models import CLIPConfig, CLIPTextConfig, CLIPVisionConfig, EncoderConfig, Model
-from hydra_jax.models.encoder import ACTIVATIONS
 
 HANDLED = (
     "projection_dim", "logit_scale_init_value", "text_config", "vision_config",
@@ -81,50 +79,39 @@ def rules_for(config: CLIPConfig) -> list[Rule]:
     ]
 
 
+def _tower(hf: dict[str, Any], key: str) -> dict[str, Any]:
+    # Old configs duplicate each tower as `*_config_dict`; `transformers` let those win.
+    tower = {**field(hf, key, dict, {}), **field(hf, f"{key}_dict", dict, {})}
+    check_fields(tower, TEXT_HANDLED if key == "text_config" else VISION_HANDLED, f"CLIP {key}")
+    return tower
+
+
 def _encoder(hf: dict[str, Any], where: str, causal: bool) -> EncoderConfig:
-    require(hf["hidden_act"] in ACTIVATIONS, f"{where} hidden_act={hf['hidden_act']!r} unsupported")
-    D, N = hf["hidden_size"], hf["num_attention_heads"]
-    require(D % N == 0, f"{where} hidden_size {D} is not divisible by num_attention_heads {N}")
-    return EncoderConfig(
-        num_heads=(N,) * hf["num_hidden_layers"],
-        width=D,
-        head_dim=D // N,
-        mlp_dim=hf["intermediate_size"],
-        activation=hf["hidden_act"],
-        layer_norm_eps=hf.get("layer_norm_eps", 1e-5),
-        pre_norm=True,
-        causal=causal,
-        dropout=hf.get("dropout", 0.0),
-        attention_dropout=hf.get("attention_dropout", 0.0),
-    )
+    return encoder_config(hf, where, pre_norm=True, causal=causal, layer_norm_eps=1e-5,
+                          dropout_fields=("dropout", "attention_dropout"))  # fmt: skip
 
 
 def config_from_hf(hf: dict[str, Any]) -> CLIPConfig:
     check_fields(hf, HANDLED, "CLIP")
-    # Old configs duplicate each tower as `*_config_dict`; `transformers` let those win.
-    text = {**hf.get("text_config", {}), **(hf.get("text_config_dict") or {})}
-    vision = {**hf.get("vision_config", {}), **(hf.get("vision_config_dict") or {})}
-    check_fields(text, TEXT_HANDLED, "CLIP text_config")
-    check_fields(vision, VISION_HANDLED, "CLIP vision_config")
+    text, vision = _tower(hf, "text_config"), _tower(hf, "vision_config")
     return CLIPConfig(
         text=CLIPTextConfig(
             encoder=_encoder(text, "CLIP text", causal=True),
-            vocab_size=text["vocab_size"],
-            max_positions=text.get("max_position_embeddings", 77),
-            eos_token_id=text.get("eos_token_id", 2),
+            vocab_size=field(text, "vocab_size", int),
+            max_positions=field(text, "max_position_embeddings", int, 77),
+            eos_token_id=field(text, "eos_token_id", int, 2),
         ),
         vision=CLIPVisionConfig(
             encoder=_encoder(vision, "CLIP vision", causal=False),
-            image_size=vision.get("image_size", 224),
-            patch_size=vision.get("patch_size", 32),
-            num_channels=vision.get("num_channels", 3),
+            image_size=field(vision, "image_size", int, 224),
+            patch_size=field(vision, "patch_size", int, 32),
+            num_channels=field(vision, "num_channels", int, 3),
         ),
-        projection_dim=hf.get("projection_dim", 512),
-        logit_scale_init=hf.get("logit_scale_init_value", 2.6592),
+        projection_dim=field(hf, "projection_dim", int, 512),
+        logit_scale_init=float(field(hf, "logit_scale_init_value", float, 2.6592)),
     )
 
 
 def load(hf: dict[str, Any], tensors: dict[str, Any]) -> Model:
     config = config_from_hf(hf)
-    target = jax.eval_shape(lambda: Model.init(config, jax.random.key(0)).params)
-    return Model(config, fill(rules_for(config), tensors, target, IGNORED))
+    return load_model(config, rules_for(config), tensors, IGNORED)

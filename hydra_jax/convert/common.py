@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import jax
+import ml_dtypes
 import numpy as np
 from flax import traverse_util
+from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from hydra_jax.convert.torch_pickle import load_torch_bin
+from hydra_jax.models import EncoderConfig, Model
+from hydra_jax.models.encoder import ACTIVATIONS
+
+logger = logging.getLogger(__name__)
 
 # Fields every `PretrainedConfig` may write that do not change the network's function.
 GENERIC_IGNORED = frozenset(
@@ -92,10 +100,42 @@ class ConversionError(ValueError):
 
 
 def load_config(path: Path) -> dict[str, Any]:
+    """`path/config.json` as a dict; any problem names the file."""
     config_file = path / "config.json"
     if not config_file.is_file():
         raise ConversionError(f"{path} has no config.json: not a HuggingFace model directory")
-    return json.loads(config_file.read_text())
+    try:
+        hf = json.loads(config_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConversionError(f"{config_file} is not valid JSON: {error}") from None
+    if not isinstance(hf, dict):
+        raise ConversionError(f"{config_file} holds a JSON {type(hf).__name__}, not an object")
+    return hf
+
+
+_MISSING = object()
+
+
+def field(hf: Mapping[str, Any], name: str, kind: type | tuple[type, ...], default: Any = _MISSING):
+    """`hf[name]`, checked to be of `kind` (bool is not an int); `default` when absent.
+
+    Raises:
+      ConversionError: a required field is missing, or a field has the wrong type.
+    """
+    if name not in hf or (hf[name] is None and default is not _MISSING):
+        if default is _MISSING:
+            raise ConversionError(f"config lacks the required field {name!r}")
+        return default
+    value = hf[name]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if float in kinds:
+        kinds = (*kinds, int)  # JSON writes 1e-12 as a float but 1 as an int
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        wanted = " or ".join(k.__name__ for k in kinds)
+        raise ConversionError(
+            f"config field {name!r} is {value!r} ({type(value).__name__}), expected {wanted}"
+        )
+    return value
 
 
 def check_fields(hf: Mapping[str, Any], handled: Iterable[str], where: str) -> None:
@@ -120,10 +160,36 @@ def require(condition: bool, message: str) -> None:
 def read_state_dict(path: Path) -> dict[str, np.ndarray]:
     """The tensors of `model.safetensors`, or of a legacy `pytorch_model.bin` (read safely)."""
     if (path / "model.safetensors").is_file():
-        return load_file(path / "model.safetensors")
+        try:
+            return load_file(path / "model.safetensors")
+        except (SafetensorError, OSError, ValueError) as error:
+            raise ConversionError(
+                f"{path / 'model.safetensors'} is not a readable safetensors file "
+                f"(truncated or corrupt?): {error}"
+            ) from None
     if (path / "pytorch_model.bin").is_file():
         return load_torch_bin(path / "pytorch_model.bin")
     raise ConversionError(f"{path} has neither model.safetensors nor pytorch_model.bin")
+
+
+_CONVERTIBLE = (np.float16, np.float64, ml_dtypes.bfloat16)
+
+
+def _checked_floats(name: str, src: np.ndarray, dtype: np.dtype, converted: Counter) -> np.ndarray:
+    """`src` as `dtype`, refusing what a cast would silently corrupt (ints, bools, NaN/inf)."""
+    src_dtype = np.dtype(src.dtype)
+    if src_dtype != dtype:
+        if not any(src_dtype == np.dtype(d) for d in _CONVERTIBLE):
+            raise ConversionError(
+                f"tensor {name!r} has dtype {src_dtype}, but the model expects floating-point "
+                f"{dtype} (only float16, bfloat16 and float64 are converted)"
+            )
+        converted[str(src_dtype)] += 1
+    out = np.asarray(src, dtype=dtype)
+    if not np.all(np.isfinite(out)):
+        bad = int(np.size(out) - np.isfinite(out).sum())
+        raise ConversionError(f"tensor {name!r} has {bad} NaN/inf values")
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,6 +289,7 @@ def fill(
     """
     expected = {"/".join(k): v for k, v in traverse_util.flatten_dict(target).items()}
     filled: dict[str, np.ndarray] = {}
+    converted: Counter = Counter()
     for rule in rules:
         if rule.hf not in tensors:
             raise ConversionError(f"checkpoint is missing tensor {rule.hf!r} (for {rule.ours})")
@@ -236,7 +303,8 @@ def fill(
                 f"tensor {rule.hf!r} has shape {tuple(src.shape)}, expected {tuple(hf_shape)} "
                 f"from the config (for {rule.ours} of shape {tuple(leaf.shape)})"
             )
-        filled[rule.ours] = np.asarray(rule.transform.to_ours(src, leaf.shape), dtype=leaf.dtype)
+        checked = _checked_floats(rule.hf, np.asarray(src), np.dtype(leaf.dtype), converted)
+        filled[rule.ours] = rule.transform.to_ours(checked, leaf.shape)
     used = {rule.hf for rule in rules}
     patterns = [re.compile(p) for p in ignored]
     unused = sorted(
@@ -247,6 +315,9 @@ def fill(
     unfilled = sorted(set(expected) - set(filled))
     if unfilled:
         raise ConversionError(f"no checkpoint tensor fills parameters {unfilled}")
+    if converted:
+        counts = ", ".join(f"{n} {dtype}" for dtype, n in sorted(converted.items()))
+        logger.warning("converted %s tensors to float32 parameters", counts)
     return traverse_util.unflatten_dict({tuple(k.split("/")): v for k, v in filled.items()})
 
 
@@ -264,3 +335,80 @@ def write_hf(path: Path, hf_config: Mapping[str, Any], tensors: Mapping[str, np.
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True))
     save_file(dict(tensors), path / "model.safetensors", metadata={"format": "pt"})
+
+
+def encoder_config(
+    hf: Mapping[str, Any],
+    where: str,
+    *,
+    pre_norm: bool,
+    causal: bool = False,
+    layer_norm_eps: float = 1e-12,
+    dropout_fields: tuple[str, str] = ("hidden_dropout_prob", "attention_probs_dropout_prob"),
+    dropout_default: float = 0.0,
+    qkv_bias: bool = True,
+) -> EncoderConfig:
+    """The layer stack of an HF config (BERT, ViT and CLIP towers share these field names)."""
+    act = field(hf, "hidden_act", str)
+    require(act in ACTIVATIONS, f"{where} hidden_act={act!r} unsupported")
+    D, N = field(hf, "hidden_size", int), field(hf, "num_attention_heads", int)
+    L, F = field(hf, "num_hidden_layers", int), field(hf, "intermediate_size", int)
+    require(min(D, N, L, F) > 0, f"{where} sizes must be positive: D={D}, N={N}, L={L}, F={F}")
+    require(D % N == 0, f"{where} hidden_size {D} is not divisible by num_attention_heads {N}")
+    residual, attention_ = dropout_fields
+    return EncoderConfig(
+        num_heads=(N,) * L,
+        width=D,
+        head_dim=D // N,
+        mlp_dim=F,
+        activation=act,
+        layer_norm_eps=float(field(hf, "layer_norm_eps", float, layer_norm_eps)),
+        pre_norm=pre_norm,
+        causal=causal,
+        qkv_bias=qkv_bias,
+        dropout=float(field(hf, residual, float, dropout_default)),
+        attention_dropout=float(field(hf, attention_, float, dropout_default)),
+    )
+
+
+def encoder_hf_fields(e: EncoderConfig, family: str) -> dict[str, Any]:
+    """Inverse of `encoder_config` for an exportable (unpruned) stack.
+
+    Raises:
+      ConversionError: layers with different head counts, or N * K != D (a compacted model:
+        export `heads.expand_to_full(model)` instead).
+    """
+    require(
+        len(set(e.num_heads)) == 1 and e.num_heads[0] * e.head_dim == e.width,
+        f"HF {family} needs the same N heads in every layer with N*K == D; this model has "
+        f"{list(e.num_heads)} heads of dim {e.head_dim} at width {e.width}",
+    )
+    return {
+        "hidden_size": e.width,
+        "num_hidden_layers": e.num_layers,
+        "num_attention_heads": e.num_heads[0],
+        "intermediate_size": e.mlp_dim,
+        "hidden_act": e.activation,
+        "layer_norm_eps": e.layer_norm_eps,
+    }
+
+
+def num_labels(hf: Mapping[str, Any], classifier_suffix: str) -> int:
+    """Classes of an HF `...For{classifier_suffix}` config (0 for a bare backbone)."""
+    architectures = field(hf, "architectures", list, [])
+    if not any(str(a).endswith(classifier_suffix) for a in architectures):
+        return 0
+    return len(field(hf, "id2label", dict, {0: 0, 1: 1}))
+
+
+def label_fields(num_labels: int) -> dict[str, Any]:
+    return {
+        "id2label": {str(i): f"LABEL_{i}" for i in range(num_labels)},
+        "label2id": {f"LABEL_{i}": i for i in range(num_labels)},
+    }
+
+
+def load_model(config: Any, rules: list[Rule], tensors: Mapping[str, Any], ignored=()) -> Model:
+    """A `Model` of `config` whose every parameter is filled, strictly, from HF `tensors`."""
+    target = jax.eval_shape(lambda: Model.init(config, jax.random.key(0)).params)
+    return Model(config, fill(rules, tensors, target, ignored))

@@ -9,6 +9,8 @@ way malicious pickles run code) is refused before anything is called.
 from __future__ import annotations
 
 import collections
+import dataclasses
+import math
 import pickle
 import zipfile
 from pathlib import Path
@@ -36,26 +38,104 @@ _STORAGE_DTYPES = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class _Storage:
+    """A storage as the pickle declares it; its bytes are read and checked when a tensor uses it."""
+
+    key: str
+    dtype: np.dtype
+    numel: Any  # declared element count (validated before use: the pickle is untrusted)
+
+
+@dataclasses.dataclass(frozen=True)
+class _TensorRef:
+    """`_rebuild_tensor_v2`'s arguments, kept unevaluated until the tensor's name is known."""
+
+    storage: Any
+    offset: Any
+    size: Any
+    stride: Any
+
+
 def _rebuild_tensor_v2(
-    storage: np.ndarray,
-    storage_offset: int,
-    size: tuple[int, ...],
-    stride: tuple[int, ...],
-    requires_grad: bool = False,
+    storage: Any,
+    storage_offset: Any,
+    size: Any,
+    stride: Any,
+    requires_grad: Any = False,
     backward_hooks: Any = None,
     metadata: Any = None,
-) -> np.ndarray:
+) -> _TensorRef:
     del requires_grad, backward_hooks, metadata
-    item = storage.itemsize
-    view = np.lib.stride_tricks.as_strided(
-        storage[storage_offset:], shape=tuple(size), strides=tuple(s * item for s in stride)
-    )
-    return np.array(view)  # a contiguous copy that no longer aliases the storage
+    return _TensorRef(storage, storage_offset, size, stride)
 
 
-def _rebuild_parameter(data: np.ndarray, requires_grad: bool, backward_hooks: Any) -> np.ndarray:
+def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any) -> Any:
     del requires_grad, backward_hooks
     return data
+
+
+def _is_index(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _materialise(ref: _TensorRef, archive: zipfile.ZipFile, root: str, where: str) -> np.ndarray:
+    """The tensor `ref` describes, as a fresh array, after checking it stays inside its storage.
+
+    A pickle made only of allowed globals can still declare any size, stride and offset; read
+    blindly with `as_strided` they address memory outside the storage (a crash, or process
+    memory copied into a "weight").
+
+    Raises:
+      ValueError: naming `where` (file and tensor) and the offending geometry.
+    """
+    storage = ref.storage
+    if not isinstance(storage, _Storage):
+        raise ValueError(f"{where}: its storage is a {type(storage).__name__}, not a storage")
+    size, stride, offset = ref.size, ref.stride, ref.offset
+    if not (isinstance(size, tuple) and isinstance(stride, tuple) and len(size) == len(stride)):
+        raise ValueError(f"{where}: size {size!r} and stride {stride!r} are not tuples of one rank")
+    if not all(_is_index(x) for x in (*size, *stride, offset, storage.numel)):
+        raise ValueError(
+            f"{where}: size {size}, stride {stride}, storage offset {offset} and storage length "
+            f"{storage.numel} must be non-negative integers"
+        )
+    count = math.prod(size)
+    if math.prod(n for n in size if n) * storage.dtype.itemsize >= 2**62:
+        raise ValueError(f"{where}: size {size} is too large for any array")
+    reach = sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+    extent = 0 if count == 0 else offset + reach + 1
+    if extent > storage.numel:
+        raise ValueError(
+            f"{where}: size {size}, stride {stride} and offset {offset} reach element "
+            f"{extent - 1}, past the end of its storage of {storage.numel} elements"
+        )
+    if count > storage.numel:
+        raise ValueError(
+            f"{where}: {count} elements from a storage of {storage.numel} (overlapping strides, "
+            "e.g. an expanded tensor) are not supported; save a contiguous copy"
+        )
+    name = f"{root}/data/{storage.key}"
+    try:
+        info = archive.getinfo(name)
+    except KeyError:
+        raise ValueError(f"{where}: its storage {name} is missing from the archive") from None
+    expected = storage.numel * storage.dtype.itemsize
+    if info.file_size != expected:
+        raise ValueError(
+            f"{where}: storage {name} holds {info.file_size} bytes, but the pickle declares "
+            f"{storage.numel} x {storage.dtype} = {expected} bytes"
+        )
+    data = np.frombuffer(archive.read(name), dtype=storage.dtype, count=storage.numel)
+    if count == 0:
+        return np.zeros(size, storage.dtype)
+    # A stride along an axis of length 1 is never used, and may be any (huge) number.
+    item = storage.dtype.itemsize
+    strides = tuple(s * item if n > 1 else 0 for n, s in zip(size, stride, strict=True))
+    view = np.lib.stride_tricks.as_strided(
+        data[offset:], shape=size, strides=strides, writeable=False
+    )
+    return np.array(view)  # a contiguous copy that no longer aliases the storage
 
 
 _ALLOWED: dict[tuple[str, str], Any] = {
@@ -82,13 +162,14 @@ class _Unpickler(pickle.Unpickler):
                 f"{sorted(f'{m}.{n}' for m, n in _ALLOWED)})"
             ) from None
 
-    def persistent_load(self, pid: Any) -> np.ndarray:
-        kind, storage_type, key, _location, numel = pid
-        if kind != "storage" or storage_type not in _STORAGE_DTYPES:
+    def persistent_load(self, pid: Any) -> _Storage:
+        if not (isinstance(pid, tuple) and len(pid) == 5):
             raise UnsafePickleError(f"unsupported persistent id in checkpoint: {pid!r}")
-        raw = self._archive.read(f"{self._root}/data/{key}")
-        dtype = np.dtype(_STORAGE_DTYPES[storage_type])
-        return np.frombuffer(raw, dtype=dtype.newbyteorder("<"), count=numel)
+        kind, storage_type, key, _location, numel = pid
+        if kind != "storage" or storage_type not in _STORAGE_DTYPES or not isinstance(key, str):
+            raise UnsafePickleError(f"unsupported persistent id in checkpoint: {pid!r}")
+        dtype = np.dtype(_STORAGE_DTYPES[storage_type]).newbyteorder("<")
+        return _Storage(key, dtype, numel)
 
 
 def load_torch_bin(path: str | Path) -> dict[str, np.ndarray]:
@@ -96,7 +177,8 @@ def load_torch_bin(path: str | Path) -> dict[str, np.ndarray]:
 
     Raises:
       UnsafePickleError: the pickle names a global outside the allow-list.
-      ValueError: the file is not a zip-format torch checkpoint.
+      ValueError: the file is not a zip-format torch checkpoint, is truncated, or describes a
+        tensor that does not fit its storage (file and tensor named).
     """
     path = Path(path)
     if not zipfile.is_zipfile(path):
@@ -113,7 +195,17 @@ def load_torch_bin(path: str | Path) -> dict[str, np.ndarray]:
         if byteorder in archive.namelist() and archive.read(byteorder).strip() != b"little":
             raise ValueError(f"{path}: big-endian checkpoints are not supported")
         with archive.open(pickles[0]) as f:
-            state = _Unpickler(f, archive, root).load()
-    if not isinstance(state, dict):
-        raise ValueError(f"{path}: expected a state dict, got {type(state).__name__}")
-    return dict(state)
+            try:
+                state = _Unpickler(f, archive, root).load()
+            except (pickle.UnpicklingError, EOFError, TypeError, ValueError) as error:
+                if isinstance(error, UnsafePickleError):
+                    raise
+                raise ValueError(f"{path}: malformed data.pkl ({error})") from None
+        if not isinstance(state, dict):
+            raise ValueError(f"{path}: expected a state dict, got {type(state).__name__}")
+        tensors = {}
+        for name, ref in state.items():
+            if not isinstance(name, str) or not isinstance(ref, _TensorRef):
+                raise ValueError(f"{path}: entry {name!r} is not a named tensor")
+            tensors[name] = _materialise(ref, archive, root, f"{path}, tensor {name!r}")
+    return tensors

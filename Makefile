@@ -46,6 +46,7 @@ bench: setup
 # runs/demo/report.md.
 demo: setup
 	$(BIN)/python train.py --config configs/minilm_mr.py:demo --workdir runs/demo_baselines
+	$(BIN)/python train.py --config configs/hydra_minilm_mr.py:demo --workdir runs/demo
 	$(BIN)/python evaluate.py --config configs/hydra_minilm_mr.py:demo --workdir runs/demo
 
 # About a minute: the uncertainty baselines on real data cut to a few hundred sentences.
@@ -63,6 +64,7 @@ prune: setup
 	$(BIN)/python evaluate.py --config configs/prune_minilm_mr.py --workdir runs/prune_minilm_mr
 
 hydra: setup
+	$(BIN)/python train.py --config configs/hydra_minilm_mr.py --workdir runs/hydra_minilm_mr
 	$(BIN)/python evaluate.py --config configs/hydra_minilm_mr.py --workdir runs/hydra_minilm_mr
 
 clean:

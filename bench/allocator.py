@@ -29,9 +29,10 @@ def worker() -> None:
     import jax
 
     import hydra_jax as hj
-    from hydra_jax import baselines, training
-    from hydra_jax.evaluation import random_tokens
-    from hydra_jax.models.model import with_classifier
+    from hydra_jax import training
+    from hydra_jax.data import random_tokens
+    from hydra_jax.ensembles import baselines
+    from hydra_jax.models import with_classifier
 
     model = with_classifier(hj.from_pretrained(hj.minilm_l6_path()), 2, jax.random.key(0))
     settings = training.TrainSettings()

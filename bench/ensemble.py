@@ -21,11 +21,12 @@ import numpy as np
 
 import hydra_jax as hj
 from bench.timing import interleaved, medians
-from hydra_jax import baselines, hydra
-from hydra_jax.evaluation import random_tokens, xla_flops
-from hydra_jax.heads.circuit import CircuitSearch, UncertaintySet
-from hydra_jax.models.model import with_classifier
-from hydra_jax.training import TokenizedSet
+from hydra_jax import hydra
+from hydra_jax.data import TokenizedSet, random_tokens, uncertainty_batches
+from hydra_jax.ensembles import baselines
+from hydra_jax.evaluation import xla_flops
+from hydra_jax.heads import CircuitSearch
+from hydra_jax.models import with_classifier
 
 
 def main() -> None:
@@ -96,7 +97,7 @@ def circuit(model: hj.Model, examples: int, repeats: int) -> None:
     half = examples // 2
     id_set = TokenizedSet(tokens[:half], rng.integers(0, 2, half))
     ood_set = TokenizedSet(tokens[half:], np.zeros(examples - half, np.int64))
-    data = UncertaintySet.build(id_set, ood_set, batch_size=64)
+    data = uncertainty_batches(id_set, ood_set, batch_size=64)
     L, N = model.config.encoder.num_layers, model.config.encoder.num_heads[0]
     forward = jax.jit(lambda p, m, b: model.apply(p, **b, head_mask=m).logits)
     inputs = [{k: v for k, v in b.items() if k != "labels"} for b in data.batches]

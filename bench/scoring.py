@@ -15,9 +15,9 @@ import numpy as np
 
 import hydra_jax as hj
 from bench.timing import interleaved, medians
-from hydra_jax.evaluation import random_tokens
+from hydra_jax.data import random_tokens
 from hydra_jax.heads import scoring
-from hydra_jax.models.model import with_classifier
+from hydra_jax.models import with_classifier
 
 
 def main() -> None:

@@ -5,8 +5,11 @@ members keeping 4 of 12 heads per layer, chosen by each strategy (taylor, circui
 stratified), each member fine-tuned for one epoch (seed m), fused into one network. Methods:
 single, deep_ensemble, mc_dropout, pruned_taylor, pruned_hies and one hydra_* per strategy.
 
-Full table (after the baselines are trained; about 40 minutes on 2 CPU cores):
+Full table (after the baselines are trained; about 40 minutes on 2 CPU cores). `train.py` builds
+and saves the Hydras (head sets, member fine-tuning, fusion); `evaluate.py` evaluates them beside
+the baselines:
 
+    python train.py --config configs/hydra_minilm_mr.py --workdir runs/hydra_minilm_mr
     python evaluate.py --config configs/hydra_minilm_mr.py --workdir runs/hydra_minilm_mr
 
 `demo` variant (the paper's rows: single, deep_ensemble, mc_dropout, hydra_taylor,
@@ -14,6 +17,7 @@ hydra_circuit, on the baselines of `configs/minilm_mr.py:demo`), what `make demo
 17 minutes after the baselines, 23 minutes for the whole of `make demo`:
 
     python train.py --config configs/minilm_mr.py:demo --workdir runs/demo_baselines
+    python train.py --config configs/hydra_minilm_mr.py:demo --workdir runs/demo
     python evaluate.py --config configs/hydra_minilm_mr.py:demo --workdir runs/demo
 
 `smoke` variant (on the smoke baselines workdir runs/smoke; about a minute).

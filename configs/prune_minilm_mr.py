@@ -5,7 +5,8 @@ scores from 32 training sentences (the HIES default); HIES alpha chosen per rati
 validation split from {0, 0.1, ..., 0.9}. OOD AUROC on 1,000 sentences of each OOD test set.
 
 Needs the trained baseline workdir (`make baselines`, or train.py with configs/minilm_mr.py), then
-(about 15 minutes on 2 CPU cores):
+(about 15 minutes on 2 CPU cores; pruning is one-shot, so `train.py` with this config only checks
+the base run):
 
     python evaluate.py --config configs/prune_minilm_mr.py --workdir runs/prune_minilm_mr
 

@@ -1,18 +1,45 @@
-"""hydra_jax: uncertainty-aware, efficient transformers (Hydra Ensembles, HIES) in JAX."""
+"""hydra_jax: uncertainty-aware, efficient transformers (Hydra Ensembles, HIES) in JAX.
 
-from hydra_jax import data, heads, hydra, metrics, models
-from hydra_jax.convert import ConversionError, from_pretrained, minilm_l6_path, save_pretrained
-from hydra_jax.models import Model
+The package has one dependency direction; a module imports only its own layer or those below:
+
+  0. `models` (functional BERT / ViT / CLIP and the fused Hydra network), `metrics` (numpy)
+  1. `convert` (checkpoints), `heads` (scores, selection, surgery, circuit search),
+     `ensembles` (fusion, member strategies, baselines): no datasets, no optimisers
+  2. `data` (the dataset protocol, text, TFDS builders), `training`, `evaluation`
+  3. `experiments` (baselines, pruning curves, Hydra; the CLI helpers)
+  4. the entry points `train.py`, `evaluate.py`, `compare.py`
+
+`tests/test_layers.py` reads every import and holds the package to it. `import hydra_jax`
+imports neither tensorflow_datasets nor matplotlib: they load where they are used.
+"""
+
+from hydra_jax import data, ensembles, heads, metrics, models
+from hydra_jax.convert import (
+    ConversionError,
+    from_pretrained,
+    load_model,
+    minilm_l6_path,
+    save_model,
+    save_pretrained,
+)
+from hydra_jax.models import Model, vision_tower, with_classifier
+
+hydra = ensembles  # SPEC's name for the Hydra API: `hj.hydra.fuse(members)`
 
 __all__ = [
     "ConversionError",
     "Model",
     "data",
+    "ensembles",
     "from_pretrained",
     "heads",
     "hydra",
+    "load_model",
     "metrics",
     "minilm_l6_path",
     "models",
+    "save_model",
     "save_pretrained",
+    "vision_tower",
+    "with_classifier",
 ]

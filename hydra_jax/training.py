@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,10 @@ import orbax.checkpoint as ocp
 from flax import struct
 from tqdm.auto import tqdm
 
-from hydra_jax.data.text import epoch_batches, pad_batch
+from hydra_jax.data import Dataset, epoch_batches
 from hydra_jax.models import Model
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,30 +40,16 @@ class TrainSettings:
     checkpoint_every: int = 200
     log_every: int = 20
 
-
-@dataclasses.dataclass(frozen=True)
-class TokenizedSet:
-    """Token id arrays (ragged) and integer labels `[N]`."""
-
-    tokens: list[np.ndarray]
-    labels: np.ndarray
-    pad_id: int = 0
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.array([t.size for t in self.tokens])
-
-    def subset(self, n: int, seed: int = 0) -> TokenizedSet:
-        """`n` examples drawn without replacement with `seed` (all of them if n >= N)."""
-        index = np.random.default_rng(seed).permutation(len(self.tokens))[:n]
-        return TokenizedSet([self.tokens[i] for i in index], self.labels[index], self.pad_id)
-
-    def batch(self, index: np.ndarray, batch_size: int | None = None) -> dict[str, np.ndarray]:
-        batch = pad_batch([self.tokens[i] for i in index], self.pad_id, batch_size)
-        labels = self.labels[index]
-        if batch_size is not None:
-            labels = np.concatenate([labels, np.repeat(labels[:1], batch_size - len(index))])
-        return {**batch, "labels": labels}
+    def __post_init__(self) -> None:
+        positive = ("epochs", "batch_size", "checkpoint_every", "log_every", "max_grad_norm")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"train.{name} must be positive, got {getattr(self, name)}")
+        for name in ("learning_rate", "weight_decay"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.warmup_fraction < 1:
+            raise ValueError(f"train.warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
 
 
 @struct.dataclass
@@ -132,7 +122,10 @@ def make_train_step(model: Model, optimizer: optax.GradientTransformation):
         (loss, accuracy), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params, batch, key
         )
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        # optax's Adam bias correction raises a float to an int32 step count, an implicit
+        # promotion that strict mode (our tests) refuses; only optax's own code runs standard.
+        with jax.numpy_dtype_promotion("standard"):
+            updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         new = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
         return new, {"loss": loss, "accuracy": accuracy, "grad_norm": optax.tree.norm(grads)}
@@ -140,9 +133,49 @@ def make_train_step(model: Model, optimizer: optax.GradientTransformation):
     return jax.jit(step, donate_argnums=0)
 
 
+def _restore(manager: ocp.CheckpointManager, state: TrainState, workdir: Path) -> TrainState:
+    """The newest readable checkpoint; a corrupt one is moved aside and the next older one used.
+
+    Falling back is safe: a run is a pure function of (seed, step), so resuming from an older
+    step reaches the same final parameters; the newer step is simply recomputed. The corrupt
+    files are kept (not deleted) in `workdir/corrupt_checkpoints/STEP` for inspection.
+    """
+    for step in sorted(manager.all_steps(), reverse=True):
+        try:
+            return manager.restore(step, args=ocp.args.StandardRestore(state))
+        except Exception as error:  # orbax raises many types for damaged files
+            path = Path(manager.directory) / str(step)
+            aside = workdir / "corrupt_checkpoints" / str(step)
+            aside.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(path), str(aside))
+            manager.reload()
+            logger.warning(
+                "checkpoint step %d at %s is unreadable (%s: %s); moved it to %s and resuming "
+                "from the previous kept step",
+                step, path, type(error).__name__, str(error).splitlines()[0][:200], aside,
+            )  # fmt: skip
+    return state
+
+
+def _truncate_log(log_file: Path, step: int) -> None:
+    """Keeps the `metrics.jsonl` records of steps <= `step` (a killed run may have logged past
+    its last checkpoint; those steps are about to be run again)."""
+    if not log_file.is_file():
+        return
+    kept = []
+    for line in log_file.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by the kill
+        if record.get("step", 0) <= step:
+            kept.append(line)
+    log_file.write_text("".join(f"{line}\n" for line in kept))
+
+
 def fit(
     model: Model,
-    train: TokenizedSet,
+    train: Dataset,
     settings: TrainSettings,
     workdir: str | Path,
     *,
@@ -153,8 +186,8 @@ def fit(
     """Fine-tunes `model` on `train`, checkpointing to `workdir/checkpoints`, resuming if present.
 
     Args:
-      model: the model with a classifier.
-      train: tokenised training set.
+      model: the model with a classifier (or a fused Hydra: every member learns the labels).
+      train: the training `Dataset`.
       settings: optimiser and schedule.
       workdir: where checkpoints and `metrics.jsonl` go.
       stop_after: stop (as if killed) once this many steps are done; for tests.
@@ -163,50 +196,72 @@ def fit(
 
     Returns:
       The model with fine-tuned parameters.
+
+    Raises:
+      FileNotFoundError: `resume_only` and no finished run in `workdir`.
+      FloatingPointError: a non-finite loss (the step and the batch's examples are named; the
+        last checkpoint is left as it was).
     """
     workdir = Path(workdir).absolute()
+    steps_per_epoch, total_steps = schedule_length(len(train), settings)
+    if resume_only and not (workdir / "checkpoints").is_dir():
+        raise FileNotFoundError(
+            f"{workdir} holds no finished training run (no checkpoints); train it first"
+        )
     workdir.mkdir(parents=True, exist_ok=True)
-    steps_per_epoch, total_steps = schedule_length(len(train.tokens), settings)
     optimizer = make_optimizer(settings, total_steps)
     state = TrainState.create(model.params, optimizer)
     manager = ocp.CheckpointManager(
         workdir / "checkpoints",
         options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True),
     )
-    if manager.latest_step() is not None:
-        state = manager.restore(manager.latest_step(), args=ocp.args.StandardRestore(state))
+    state = _restore(manager, state, workdir)
     start = int(state.step)
     if resume_only and start < total_steps:
+        manager.close()
         raise FileNotFoundError(
             f"{workdir} holds no finished training run (step {start} of {total_steps}); "
-            "run train.py with this config and workdir first"
+            "train it first"
         )
+    log_file = workdir / "metrics.jsonl"
+    _truncate_log(log_file, start)
     step_fn = step_fn or make_train_step(model, optimizer)
     base_key = jax.random.key(settings.seed)
     lengths = train.lengths
     epoch_cache: dict[int, list[np.ndarray]] = {}
-    log = (workdir / "metrics.jsonl").open("a")
+    log = log_file.open("a")
     progress = tqdm(total=total_steps, initial=start, desc=f"train {workdir.name}", leave=False)
-    for step in range(start, total_steps):
-        epoch, index = divmod(step, steps_per_epoch)
-        if epoch not in epoch_cache:
-            epoch_cache = {epoch: epoch_batches(lengths, settings.batch_size, settings.seed, epoch)}
-        key = jax.random.fold_in(base_key, step)
-        state, metrics = step_fn(state, train.batch(epoch_cache[epoch][index]), key)
-        state = state.replace(data_position=jnp.array(divmod(step + 1, steps_per_epoch)))
-        progress.update(1)
-        done = step + 1
-        if done % settings.log_every == 0 or done == total_steps:
-            record = {"step": done, **{k: float(v) for k, v in metrics.items()}}
-            log.write(json.dumps(record) + "\n")
-            log.flush()
-            progress.set_postfix(loss=f"{record['loss']:.3f}")
-        if done % settings.checkpoint_every == 0 or done == total_steps:
-            manager.save(done, args=ocp.args.StandardSave(state))
-        if stop_after is not None and done >= stop_after:
-            break
-    manager.wait_until_finished()
-    manager.close()
-    progress.close()
-    log.close()
+    try:
+        for step in range(start, total_steps):
+            epoch, index = divmod(step, steps_per_epoch)
+            if epoch not in epoch_cache:
+                epoch_cache = {epoch: epoch_batches(lengths, settings.batch_size, settings.seed,
+                                                    epoch)}  # fmt: skip
+            examples = epoch_cache[epoch][index]
+            key = jax.random.fold_in(base_key, step)
+            state, metrics = step_fn(state, train.batch(examples), key)
+            loss = float(metrics["loss"])
+            if not np.isfinite(loss):
+                raise FloatingPointError(
+                    f"training loss is {loss} at step {step + 1} (epoch {epoch}, batch {index}: "
+                    f"examples {examples.tolist()}); stopped without checkpointing this step, "
+                    f"the last checkpoint in {workdir / 'checkpoints'} is intact"
+                )
+            state = state.replace(data_position=jnp.array(divmod(step + 1, steps_per_epoch)))
+            progress.update(1)
+            done = step + 1
+            if done % settings.log_every == 0 or done == total_steps:
+                record = {"step": done, **{k: float(v) for k, v in metrics.items()}}
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+                progress.set_postfix(loss=f"{record['loss']:.3f}")
+            if done % settings.checkpoint_every == 0 or done == total_steps:
+                manager.save(done, args=ocp.args.StandardSave(state))
+            if stop_after is not None and done >= stop_after:
+                break
+        manager.wait_until_finished()
+    finally:
+        manager.close()
+        progress.close()
+        log.close()
     return Model(model.config, state.params)

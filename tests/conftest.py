@@ -1,4 +1,5 @@
-"""Test-wide numerics: exact fp32 matmuls, no silent rank promotion (a swapped axis fails)."""
+"""Test-wide numerics: exact fp32 matmuls, no silent rank or dtype promotion (a swapped axis or
+a stray float64 fails instead of broadcasting or upcasting)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 jax.config.update("jax_default_matmul_precision", "highest")
 jax.config.update("jax_numpy_rank_promotion", "raise")
+jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 

@@ -7,7 +7,7 @@ import pytest
 
 import hydra_jax as hj
 from hydra_jax import data
-from hydra_jax.data.text import TextEncoder, epoch_batches, eval_batches, pad_batch
+from hydra_jax.data import TextEncoder, epoch_batches, eval_batches, pad_batch
 
 
 def test_movie_review_splits_and_labels(synthetic_data_dir):

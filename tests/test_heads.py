@@ -24,10 +24,11 @@ from hydra_jax.models import (
     CLIPConfig,
     CLIPTextConfig,
     CLIPVisionConfig,
+    CLIPVisionTowerConfig,
     EncoderConfig,
     ViTConfig,
+    with_classifier,
 )
-from hydra_jax.models.model import with_classifier
 
 L, N, K = 3, 4, 5
 BERT = BertConfig(
@@ -113,6 +114,59 @@ def test_entropy_equals_numpy_from_returned_attentions(bert):
     # Two batches give the mean over all examples.
     halves = [{k: v[:2] for k, v in batch.items()}, {k: v[2:] for k, v in batch.items()}]
     np.testing.assert_allclose(his_and_entropy(model, halves)[1], entropy, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def image_classifiers():
+    """A ViT classifier and a CLIP vision tower with a zero-shot head (6 and 2 heads, 2 layers:
+    distinct from the BERT's), on 3 images."""
+    vit = ViTConfig(EncoderConfig((6, 6), 12, 2, 9, "gelu", 1e-6, True), 8, 4, 1, num_labels=3)
+    tower = CLIPVisionTowerConfig(
+        CLIPVisionConfig(EncoderConfig((2, 2), 6, 3, 7, "quick_gelu", 1e-5, True), 6, 2, 2), 4
+    )
+    rng = np.random.default_rng(4)
+    models = {
+        "vit": hj.Model.init(vit, jax.random.key(5)),
+        "tower": with_classifier(hj.Model.init(tower, jax.random.key(6)), 3, jax.random.key(7)),
+    }
+    pixels = {"vit": rng.normal(size=(3, 1, 8, 8)), "tower": rng.normal(size=(3, 2, 6, 6))}
+    return {
+        k: (hj.Model(m.config, jax.tree.map(lambda x: x * 4 if x.ndim > 1 else x, m.params)),
+            {"pixel_values": pixels[k].astype(np.float32), "labels": np.array([0, 2, 1])})
+        for k, m in models.items()
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("family", ["vit", "tower"])
+def test_image_models_score_per_example_and_over_every_token(image_classifiers, family):
+    """HIS: the mean of per-example |gradients| (one `jax.grad` per image); AE: every query row
+    and key counts (images have no padding to leave out)."""
+    model, batch = image_classifiers[family]
+    encoder = model.config.encoder
+    shape = (encoder.num_layers, encoder.num_heads[0])
+    with jax.enable_x64(True):  # exact comparison: float32 rounding differs between the two
+        m64 = hj.Model(model.config, jax.tree.map(lambda x: jnp.asarray(x, jnp.float64),
+                                                  model.params))  # fmt: skip
+        b64 = {**batch, "pixel_values": batch["pixel_values"].astype(np.float64)}
+        his, _ = his_and_entropy(m64, [b64])
+        reference = np.zeros(shape)
+        for b in range(3):
+            example = {k: v[b : b + 1] for k, v in b64.items()}
+
+            def loss(mask, example=example):
+                logits = m64.apply(m64.params, **example, head_mask=mask).logits
+                return optax.softmax_cross_entropy_with_integer_labels(logits, example["labels"])[0]
+
+            reference += np.abs(np.asarray(jax.grad(loss)(jnp.ones(shape, jnp.float64)))) / 3
+    assert reference.max() > 1e-4
+    np.testing.assert_allclose(his, reference, rtol=1e-10)
+    _, entropy = his_and_entropy(model, [batch])
+    attentions = np.asarray(model(**batch, output_attentions=True).attentions, np.float64)
+    S = attentions.shape[-1]  # CLS + patches
+    plogp = np.where(attentions > 0, attentions * np.log(np.maximum(attentions, 1e-300)), 0.0)
+    rows = -plogp.sum(-1) / np.log(S)  # [L, B, N, T]: every query row, every key
+    np.testing.assert_allclose(entropy, rows.mean(axis=(1, 3)), atol=1e-5)
+    assert hj.heads.score(model, [batch], method="hies").shape == shape
 
 
 def test_entropy_of_uniform_attention_is_one():

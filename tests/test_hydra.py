@@ -1,4 +1,5 @@
-"""Fused Hydra == its members; member strategies; circuit search == a naive reference."""
+"""Fused Hydra == its members for every family; member strategies; circuit search == a naive
+reference (BERT and a CLIP vision tower)."""
 
 from __future__ import annotations
 
@@ -8,27 +9,63 @@ import pytest
 
 import hydra_jax as hj
 from hydra_jax import hydra
-from hydra_jax.heads.circuit import UncertaintySet, circuit_search, harm
-from hydra_jax.models import BertConfig, EncoderConfig
-from hydra_jax.models.model import with_classifier
-from hydra_jax.training import TokenizedSet
+from hydra_jax.data import TokenizedSet, uncertainty_batches
+from hydra_jax.heads import UncertaintyBatches, circuit_search, harm
+from hydra_jax.models import (
+    BertConfig,
+    CLIPVisionConfig,
+    CLIPVisionTowerConfig,
+    EncoderConfig,
+    ViTConfig,
+    with_classifier,
+)
 
-L, N, K, M = 3, 6, 4, 3
+L, N, K, M = 4, 6, 5, 3  # distinct: a swapped axis fails; n = N // M = 2 heads per member
 CONFIG = BertConfig(
     EncoderConfig((N,) * L, N * K, K, 26, "gelu", 1e-12, pre_norm=False, dropout=0.1),
     vocab_size=37, max_positions=16, type_vocab_size=2,
 )  # fmt: skip
 
 
+def sharpened(model: hj.Model, factor: float = 5.0) -> hj.Model:
+    """Larger weights than the 0.02 init, so that heads differ clearly."""
+    return hj.Model(model.config, jax.tree.map(lambda x: x * factor if x.ndim > 1 else x,
+                                               model.params))  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def base():
-    model = with_classifier(hj.Model.init(CONFIG, jax.random.key(0)), 2, jax.random.key(1))
-    params = jax.tree.map(lambda x: x * 5 if x.ndim > 1 else x, model.params)  # distinct heads
+    model = sharpened(with_classifier(hj.Model.init(CONFIG, jax.random.key(0)), 2,
+                                      jax.random.key(1)))  # fmt: skip
     rng = np.random.default_rng(0)
     mask = (np.arange(10)[None] < rng.integers(2, 11, (7, 1))).astype(np.int32)
     batch = dict(input_ids=rng.integers(1, 37, (7, 10)) * mask, attention_mask=mask,
                  labels=rng.integers(0, 2, 7))  # fmt: skip
-    return hj.Model(model.config, params), batch
+    return model, batch
+
+
+@pytest.fixture(scope="module")
+def vision_models():
+    """A ViT classifier (pre-LN, pooler) and a CLIP vision tower with a zero-shot head."""
+    vit = ViTConfig(EncoderConfig((N,) * 2, N * 3, 3, 13, "gelu", 1e-6, pre_norm=True), 8, 4,
+                    num_channels=2, num_labels=5)  # fmt: skip
+    tower = CLIPVisionTowerConfig(
+        CLIPVisionConfig(EncoderConfig((N,) * 3, N * 2, 2, 11, "quick_gelu", 1e-5, True), 6, 3,
+                         num_channels=3),
+        projection_dim=7,
+    )  # fmt: skip
+    rng = np.random.default_rng(5)
+    return {
+        "vit": (
+            sharpened(hj.Model.init(vit, jax.random.key(2)), 3.0),
+            {"pixel_values": rng.normal(size=(5, 2, 8, 8)).astype(np.float32)},
+        ),
+        "tower": (
+            sharpened(with_classifier(hj.Model.init(tower, jax.random.key(3)), 4,
+                                      jax.random.key(4)), 3.0),
+            {"pixel_values": rng.normal(size=(5, 3, 6, 6)).astype(np.float32)},
+        ),
+    }  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -58,17 +95,24 @@ def test_fused_equals_members_run_alone(base, head_sets):
 
 
 def test_fused_fine_tuned_members_equal_members_with_averaged_mlp(base, head_sets):
+    """In float64 (exact to 1e-10): float32 rounding, amplified through 4 post-LN layers of
+    sharpened random weights, reaches 1e-5 here, which would hide a real difference."""
     model, batch = base
     rng = np.random.default_rng(2)
-    members = [
-        hj.Model(m.config, jax.tree.map(lambda x: x + 0.05 * rng.normal(size=x.shape), m.params))
-        for m in hydra.members_from(model, head_sets)
-    ]  # as if fine-tuned separately: every weight differs, MLPs and embeddings included
-    logits = hydra.fuse(members)(**batch).logits
-    for m, member in enumerate(hydra.with_shared_weights(members)):
-        np.testing.assert_allclose(logits[:, m], member(**batch).logits, atol=1e-5)
-    # Not the members as they were: the MLP average matters.
-    assert not np.allclose(logits[:, 0], members[0](**batch).logits, atol=1e-3)
+    with jax.enable_x64(True):
+        members = [
+            hj.Model(
+                m.config,
+                jax.tree.map(lambda x: np.float64(x) + 0.05 * rng.normal(size=x.shape), m.params),
+            )
+            for m in hydra.members_from(model, head_sets)
+        ]  # as if fine-tuned separately: every weight differs, MLPs and embeddings included
+        logits = hydra.fuse(members)(**batch).logits
+        assert logits.dtype == np.float64
+        for m, member in enumerate(hydra.with_shared_weights(members)):
+            np.testing.assert_allclose(logits[:, m], member(**batch).logits, rtol=0, atol=1e-10)
+        # Not the members as they were: the MLP average matters.
+        assert not np.allclose(logits[:, 0], members[0](**batch).logits, atol=1e-3)
 
 
 def test_fuse_refuses_unequal_members(base, head_sets):
@@ -77,20 +121,47 @@ def test_fuse_refuses_unequal_members(base, head_sets):
     uneven[1, 2, np.argmin(uneven[1, 2])] = True  # member 1 keeps one more head in layer 2
     with pytest.raises(
         ValueError,
-        match=r"unequal head counts per layer: member 0: \[2, 2, 2\]; member 1: \[2, 2, 3\]",
+        match=r"unequal head counts per layer: member 0: \[2, 2, 2, 2\]; member 1: \[2, 2, 3, 2\]",
     ):
         hydra.fuse(hydra.members_from(model, uneven))
     with pytest.raises(ValueError, match="at least two members"):
         hydra.fuse(hydra.members_from(model, head_sets[:1]))
 
 
-def test_fused_model_saves_and_restores_with_orbax(base, head_sets, tmp_path):
+@pytest.mark.parametrize("family", ["vit", "tower"])
+def test_fused_vision_members_equal_members_run_alone(vision_models, family):
+    """One fused encoder for every family: pre-LN, the family's own embedding and head."""
+    model, batch = vision_models[family]
+    L_family = model.config.encoder.num_layers
+    sets = hydra.stratified_head_sets(np.random.default_rng(7).random((L_family, N)), M)
+    members = hydra.members_from(model, sets)
+    out = hydra.fuse(members)(**batch)
+    assert out.logits.shape == (5, M, model.config.num_labels)
+    # A tower's logits are exp(logit_scale) (14.3 here) times a cosine: 1e-5 holds for the
+    # cosine; on the logits float32 rounding alone reaches 2e-5 (float64: exactly equal).
+    scale = float(np.exp(model.params["logit_scale"])) if family == "tower" else 1.0
+    for m, member in enumerate(members):
+        alone = member(**batch)
+        np.testing.assert_allclose(out.logits[:, m] / scale, alone.logits / scale, atol=1e-5)
+        masked = model(**batch, head_mask=sets[m].astype(np.float32)).logits
+        np.testing.assert_allclose(out.logits[:, m] / scale, masked / scale, atol=1e-5)
+    if family == "tower":  # the projected embeddings too
+        np.testing.assert_allclose(out.embeds[:, 1], members[1](**batch).embeds, atol=1e-5)
+
+
+def test_fused_model_saves_and_restores(base, head_sets, vision_models, tmp_path):
     model, batch = base
     fused = hydra.fuse(hydra.members_from(model, head_sets))
-    hydra.save(fused, tmp_path / "hydra")
-    restored = hydra.load(tmp_path / "hydra")
+    hj.save_model(fused, tmp_path / "hydra")
+    restored = hj.load_model(tmp_path / "hydra")
     assert restored.config == fused.config
     np.testing.assert_array_equal(restored(**batch).logits, fused(**batch).logits)
+    tower, pixels = vision_models["tower"]
+    small = hj.heads.compact(tower, np.tile(np.arange(N) < 3, (3, 1)))  # a compacted tower
+    hj.save_model(small, tmp_path / "tower")
+    again = hj.load_model(tmp_path / "tower")
+    assert again.config == small.config
+    np.testing.assert_array_equal(again(**pixels).logits, small(**pixels).logits)
 
 
 def test_dropout_runs_per_member(base, head_sets):
@@ -125,11 +196,12 @@ def uncertainty_set():
 
     id_set = TokenizedSet(tokens(14, 3, 20), rng.integers(0, 2, 14))
     ood_set = TokenizedSet(tokens(10, 20, 37), np.zeros(10, np.int64))
-    return UncertaintySet.build(id_set, ood_set, batch_size=8)
+    return uncertainty_batches(id_set, ood_set, batch_size=8)
 
 
 def naive_circuit(model, data, n, objective):
     """The definition, one full forward per candidate."""
+    L = model.config.encoder.num_layers
     keep = np.ones((L, N), bool)
     for l in range(L):
         logits = []
@@ -162,6 +234,16 @@ def test_circuit_search_equals_naive_reference(base, uncertainty_set, objective)
     np.testing.assert_array_equal(keep, naive_circuit(model, uncertainty_set, 2, objective))
 
 
+def test_circuit_search_on_a_vision_tower_equals_naive_reference(vision_models):
+    tower, _ = vision_models["tower"]
+    rng = np.random.default_rng(8)
+    pixels = [rng.normal(0.5 * (i >= 9), 1, (3, 6, 6)).astype(np.float32) for i in range(15)]
+    batches = [{"pixel_values": np.stack(pixels[i : i + 6])} for i in range(0, 15, 6)]
+    data = UncertaintyBatches(batches, np.arange(15) >= 9, rng.integers(0, 4, 15))
+    keep = circuit_search(tower, data, keep_per_layer=2, objective="avg")
+    np.testing.assert_array_equal(keep, naive_circuit(tower, data, 2, "avg"))
+
+
 def test_circuit_objectives_differ(base, uncertainty_set):
     model, _ = base
     sets = {o: circuit_search(model, uncertainty_set, 2, o) for o in ("nll", "auroc")}
@@ -169,7 +251,7 @@ def test_circuit_objectives_differ(base, uncertainty_set):
 
 
 def test_harm_semantics():
-    data = UncertaintySet(
+    data = UncertaintyBatches(
         batches=[], is_ood=np.array([False, False, True, True]), labels=np.array([0, 1, 0, 0])
     )
     confident_right = np.array([[4.0, -4.0], [-4.0, 4.0], [0.1, 0.0], [0.0, 0.1]])  # OOD unsure

@@ -123,6 +123,43 @@ def test_empty_and_all_padding_batches_are_refused(tiny):
         model(**{**batch, "attention_mask": mask})
 
 
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda b: {**b, "input_ids": b["input_ids"] + 22},
+         r"input_ids must lie in \[0, 23\) \(the vocabulary\); \d+ do not, e\.g\. \d+ at"),
+        (lambda b: {**b, "input_ids": b["input_ids"] - 1},  # padding 0 becomes -1
+         r"input_ids must lie in \[0, 23\).*e\.g\. -1 at \(1, 5\)"),
+        (lambda b: {**b, "token_type_ids": np.full_like(b["input_ids"], 2)},
+         r"token_type_ids must lie in \[0, 2\) \(the token types\)"),
+        (lambda b: {**b, "input_ids": np.ones((6, 10), int), "attention_mask": np.ones((6, 10))},
+         r"input_ids has 10 tokens, more than the model's 9 positions"),
+        (lambda b: {**b, "attention_mask": b["attention_mask"][:, :5]},
+         r"attention_mask has shape \(6, 5\), input_ids has \(6, 7\)"),
+        (lambda b: {"input_ids": b["input_ids"][0]}, r"must be \[B, T\], got shape \(7,\)"),
+        (lambda b: {**b, "input_ids": b["input_ids"] + 0.0}, r"input_ids must be integers"),
+        (lambda b: {**b, "head_mask": np.full((L, N), np.nan)}, r"head_mask contains NaN/inf"),
+    ],
+)  # fmt: skip
+def test_bad_token_inputs_are_refused_before_they_reach_jit(tiny, edit, message):
+    model, batch = tiny
+    with pytest.raises(ValueError, match=message):
+        model(**edit(batch))
+
+
+def test_bad_pixel_layout_and_size_are_named():
+    vit = hj.Model.init(
+        ViTConfig(EncoderConfig((2,), 8, 4, 11, "gelu", 1e-12, pre_norm=True), 6, 3, 2),
+        jax.random.key(0),
+    )
+    assert vit(pixel_values=np.zeros((1, 2, 6, 6), np.float32)).last_hidden_state.shape == (1, 5, 8)
+    with pytest.raises(ValueError, match=r"channels last \(NHWC\); this model takes \[B, C, H, W\] "
+                       r"= \[B, 2, 6, 6\]"):  # fmt: skip
+        vit(pixel_values=np.zeros((1, 6, 6, 2), np.float32))
+    with pytest.raises(ValueError, match=r"pixel_values has shape \(1, 2, 9, 9\); this model"):
+        vit(pixel_values=np.zeros((1, 2, 9, 9), np.float32))
+
+
 def test_unknown_input_is_refused(tiny):
     model, batch = tiny
     with pytest.raises(TypeError, match=r"unexpected inputs \['pixel_values'\]"):

@@ -1,17 +1,25 @@
-"""Fine-tuning: learning happens, and a killed run resumes to exactly the uninterrupted result."""
+"""Fine-tuning: learning happens; a killed run resumes to exactly the uninterrupted result, also
+past a corrupt checkpoint; bad settings and non-finite losses stop with the cause named."""
 
 from __future__ import annotations
 
 import json
+import logging
 
 import jax
 import numpy as np
 import pytest
 
 import hydra_jax as hj
-from hydra_jax.models import BertConfig, EncoderConfig
-from hydra_jax.models.model import with_classifier
-from hydra_jax.training import TokenizedSet, TrainSettings, fit
+from hydra_jax.data import TokenizedSet
+from hydra_jax.models import BertConfig, EncoderConfig, with_classifier
+from hydra_jax.training import (
+    TrainSettings,
+    fit,
+    make_optimizer,
+    make_train_step,
+    schedule_length,
+)
 
 CONFIG = BertConfig(
     EncoderConfig((2, 2), 10, 5, 14, "gelu", 1e-12, pre_norm=False, dropout=0.1),
@@ -36,29 +44,100 @@ def task():
         tokens.append(np.r_[1, t, 2].astype(np.int32))
         labels.append(label)
     model = with_classifier(hj.Model.init(CONFIG, jax.random.key(0)), 2, jax.random.key(1))
-    return model, TokenizedSet(tokens, np.array(labels))
+    data = TokenizedSet(tokens, np.array(labels))
+    total = schedule_length(len(data), SETTINGS)[1]
+    step = make_train_step(model, make_optimizer(SETTINGS, total))  # compiled once for all runs
+    return model, data, step
 
 
-def test_killed_run_resumes_to_the_uninterrupted_result(task, tmp_path):
-    model, data = task
-    straight = fit(model, data, SETTINGS, tmp_path / "straight")
+@pytest.fixture(scope="module")
+def straight(task, tmp_path_factory):
+    model, data, step = task
+    workdir = tmp_path_factory.mktemp("straight")
+    return fit(model, data, SETTINGS, workdir, step_fn=step), workdir
+
+
+def assert_same_params(a, b):
+    for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def steps_logged(workdir) -> list[int]:
+    return [json.loads(line)["step"] for line in (workdir / "metrics.jsonl").open()]
+
+
+def test_killed_run_resumes_to_the_uninterrupted_result(task, straight, tmp_path):
+    model, data, step = task
+    straight_model, straight_dir = straight
     # Killed after 6 steps; the last checkpoint is step 4, so 2 steps are lost and redone.
-    fit(model, data, SETTINGS, tmp_path / "resumed", stop_after=6)
-    assert sorted(p.name for p in (tmp_path / "resumed" / "checkpoints").iterdir()) == ["4"]
-    resumed = fit(model, data, SETTINGS, tmp_path / "resumed")
-    for a, b in zip(jax.tree.leaves(straight.params), jax.tree.leaves(resumed.params), strict=True):
-        np.testing.assert_array_equal(a, b)
+    fit(model, data, SETTINGS, tmp_path, stop_after=6, step_fn=step)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["4"]
+    assert steps_logged(tmp_path) == [2, 4, 6]  # step 6 was logged, then lost
+    resumed = fit(model, data, SETTINGS, tmp_path, step_fn=step)
+    assert_same_params(straight_model, resumed)
+    # The log was cut back to the restored step: no step appears twice.
+    assert steps_logged(tmp_path) == steps_logged(straight_dir) == [2, 4, 6, 8, 10, 12]
     # The input model is untouched (the train step donates a copy, not the caller's weights).
     assert not np.array_equal(
-        model.params["classifier"]["kernel"], straight.params["classifier"]["kernel"]
+        model.params["classifier"]["kernel"], straight_model.params["classifier"]["kernel"]
     )
-    records = [json.loads(line) for line in (tmp_path / "straight" / "metrics.jsonl").open()]
-    assert [r["step"] for r in records] == [2, 4, 6, 8, 10, 12]
+    records = [json.loads(line) for line in (straight_dir / "metrics.jsonl").open()]
     assert records[-1]["loss"] < records[0]["loss"]
 
 
+def _truncate_largest_file(step_dir):
+    largest = max((p for p in step_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 2])
+
+
+def _empty_metadata(step_dir):
+    for path in step_dir.rglob("*METADATA*"):
+        if path.is_file():
+            path.write_text("")
+
+
+@pytest.mark.parametrize("damage", [_truncate_largest_file, _empty_metadata])
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(
+    task, straight, tmp_path, caplog, damage
+):
+    model, data, step = task
+    fit(model, data, SETTINGS, tmp_path, stop_after=9, step_fn=step)  # checkpoints 4 and 8 kept
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["4", "8"]
+    damage(tmp_path / "checkpoints" / "8")
+    with caplog.at_level(logging.WARNING, logger="hydra_jax.training"):
+        resumed = fit(model, data, SETTINGS, tmp_path, step_fn=step)
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "hydra_jax.training"]
+    assert "checkpoint step 8 at" in message and "is unreadable" in message
+    assert "resuming from the previous kept step" in message
+    assert (tmp_path / "corrupt_checkpoints" / "8").is_dir()  # kept for inspection
+    assert_same_params(straight[0], resumed)  # a pure function of (seed, step): same result
+    assert steps_logged(tmp_path) == [2, 4, 6, 8, 10, 12]
+
+
+def test_non_finite_loss_stops_training_and_names_the_step(task, tmp_path):
+    model, data, step = task
+    broken = jax.tree.map(np.asarray, model.params)
+    broken["classifier"]["kernel"] = np.full_like(broken["classifier"]["kernel"], np.inf)
+    with pytest.raises(FloatingPointError, match=r"training loss is nan at step 1 \(epoch 0, "
+                       r"batch 0: examples \[\d+(, \d+){7}\]\)"):  # fmt: skip
+        fit(hj.Model(model.config, broken), data, SETTINGS, tmp_path, step_fn=step)
+    assert not any((tmp_path / "checkpoints").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [("batch_size", 0, "train.batch_size must be positive, got 0"),
+     ("epochs", -1.0, "train.epochs must be positive"),
+     ("checkpoint_every", 0, "train.checkpoint_every must be positive"),
+     ("warmup_fraction", 1.0, r"train.warmup_fraction must be in \[0, 1\)")],
+)  # fmt: skip
+def test_bad_settings_are_refused_by_name(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        TrainSettings(**{field: value})
+
+
 def test_too_few_examples_for_a_batch(task, tmp_path):
-    model, data = task
+    model, data, _ = task
     small = TokenizedSet(data.tokens[:5], data.labels[:5])
     with pytest.raises(ValueError, match="5 training examples do not fill one batch of 8"):
         fit(model, small, SETTINGS, tmp_path)

@@ -9,6 +9,7 @@ from typing import Any
 
 from hydra_jax.convert import bert, clip, vit
 from hydra_jax.convert.common import ConversionError, load_config, read_state_dict
+from hydra_jax.convert.native import load_model, save_model
 from hydra_jax.convert.torch_pickle import UnsafePickleError
 from hydra_jax.models import BertConfig, Model, ViTConfig
 
@@ -78,6 +79,8 @@ __all__ = [
     "ConversionError",
     "UnsafePickleError",
     "from_pretrained",
+    "load_model",
     "minilm_l6_path",
+    "save_model",
     "save_pretrained",
 ]

@@ -1,11 +1,15 @@
-"""Tokenisation with the checkpoint's own tokenizer, per-batch padding and length bucketing."""
+"""Text: tokenisation with the checkpoint's own tokenizer, per-batch padding, `TokenizedSet`."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tokenizers
+
+from hydra_jax.data.dataset import Batch
 
 PAD_MULTIPLE = 16  # pad T up to a multiple of this: few distinct shapes, so few XLA compiles
 
@@ -56,28 +60,39 @@ def pad_batch(
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
 
 
-def epoch_batches(
-    lengths: np.ndarray, batch_size: int, seed: int, epoch: int, bucket_batches: int = 50
-) -> list[np.ndarray]:
-    """Shuffled, length-bucketed training batches for one epoch; a pure function of its inputs.
+@dataclasses.dataclass(frozen=True)
+class TokenizedSet:
+    """Token id arrays (ragged) and integer labels `[N]`: the text `Dataset`."""
 
-    The epoch's permutation is cut into buckets of `bucket_batches` batches; each bucket is
-    sorted by length (so batches pad little) and cut into batches, whose order is shuffled
-    again. The incomplete last batch is dropped. Resuming at step s needs only (seed, s).
-    """
-    rng = np.random.default_rng([seed, epoch])
-    order = rng.permutation(len(lengths))
-    batches = []
-    chunk = batch_size * bucket_batches
-    for start in range(0, len(order), chunk):
-        bucket = order[start : start + chunk]
-        bucket = bucket[np.argsort(lengths[bucket], kind="stable")]
-        batches += [bucket[i : i + batch_size] for i in range(0, len(bucket), batch_size)]
-    batches = [b for b in batches if len(b) == batch_size]
-    return [batches[i] for i in rng.permutation(len(batches))]
+    tokens: list[np.ndarray]
+    labels: np.ndarray
+    pad_id: int = 0
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.array([t.size for t in self.tokens])
+
+    def take(self, index: np.ndarray) -> TokenizedSet:
+        return TokenizedSet([self.tokens[i] for i in index], self.labels[index], self.pad_id)
+
+    def concat(self, other: Any) -> TokenizedSet:
+        if not isinstance(other, TokenizedSet) or other.pad_id != self.pad_id:
+            raise TypeError("only token sets with the same pad id concatenate")
+        return TokenizedSet(self.tokens + other.tokens,
+                            np.concatenate([self.labels, other.labels]), self.pad_id)  # fmt: skip
+
+    def batch(self, index: np.ndarray, batch_size: int | None = None) -> Batch:
+        batch = pad_batch([self.tokens[i] for i in index], self.pad_id, batch_size)
+        labels = self.labels[index]
+        if batch_size is not None:
+            labels = np.concatenate([labels, np.repeat(labels[:1], batch_size - len(index))])
+        return {**batch, "labels": labels}
 
 
-def eval_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
-    """All examples, sorted by length and cut into batches (the last may be short)."""
-    order = np.argsort(lengths, kind="stable")
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+def random_tokens(rng: np.random.Generator, batch_size: int, tokens: int) -> Batch:
+    """A full-length batch of random word-piece ids `[B, T]` (no padding): latency measurements."""
+    ids = rng.integers(1000, 30000, (batch_size, tokens)).astype(np.int32)
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": 0 * ids}

@@ -24,35 +24,28 @@ import numpy as np
 
 from hydra_jax import metrics
 from hydra_jax.heads.scoring import minmax
-from hydra_jax.models import BertConfig, Model
-from hydra_jax.training import TokenizedSet
+from hydra_jax.models import Model, encoder_of, input_names
 
 Objective = Literal["nll", "auroc", "avg"]
 OBJECTIVES = ("nll", "auroc", "avg")
 
 
 @dataclasses.dataclass(frozen=True)
-class UncertaintySet:
-    """ID validation examples (with labels) and OOD validation examples, batched once."""
+class UncertaintyBatches:
+    """ID validation examples (with labels) and OOD validation examples, batched once.
+
+    Attributes:
+      batches: model-input dicts (extra keys such as `labels` are ignored).
+      is_ood: `[V]` bool, in batch order (V counts the real rows of every batch).
+      labels: `[V]` ID labels (unused for OOD rows).
+    """
 
     batches: list[dict[str, np.ndarray]]
-    is_ood: np.ndarray  # [V] bool, in batch order
-    labels: np.ndarray  # [V] ID labels (unused for OOD rows)
-
-    @classmethod
-    def build(cls, id_set: TokenizedSet, ood_set: TokenizedSet, batch_size: int):
-        tokens = id_set.tokens + ood_set.tokens
-        labels = np.concatenate([id_set.labels, np.zeros(len(ood_set.tokens), np.int64)])
-        is_ood = np.r_[np.zeros(len(id_set.tokens), bool), np.ones(len(ood_set.tokens), bool)]
-        merged = TokenizedSet(tokens, labels, id_set.pad_id)
-        order = np.argsort(merged.lengths, kind="stable")  # length-sorted: little padding
-        batches = [
-            merged.batch(order[i : i + batch_size]) for i in range(0, len(order), batch_size)
-        ]
-        return cls(batches, is_ood[order], labels[order])
+    is_ood: np.ndarray
+    labels: np.ndarray
 
 
-def harm(objective: Objective, logits: np.ndarray, data: UncertaintySet) -> np.ndarray:
+def harm(objective: Objective, logits: np.ndarray, data: UncertaintyBatches) -> np.ndarray:
     """Per-candidate harm `[H]` from candidate logits `[H, V, C]`."""
     log_p = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), axis=-1)
     log_p = np.asarray(log_p, np.float64)
@@ -68,32 +61,35 @@ def harm(objective: Objective, logits: np.ndarray, data: UncertaintySet) -> np.n
 
 
 class CircuitSearch:
-    """Layer-conditioned greedy search on one model; compiled programs are reused across calls
-    (members searching with other objectives or subsets compile nothing new)."""
+    """Layer-conditioned greedy search on one classifier (BERT, ViT, CLIP vision tower with a
+    zero-shot head); compiled programs are reused across calls (members searching with other
+    objectives or subsets compile nothing new)."""
 
     def __init__(self, model: Model):
-        config = model.config
-        if not isinstance(config, BertConfig) or not config.num_labels:
-            raise TypeError("circuit search runs on a BERT classifier")
+        if not getattr(model.config, "num_labels", 0):
+            raise TypeError("circuit search runs on a classifier (a model with logits)")
+        encoder = encoder_of(model.config)
         self.model = model
-        self.L, self.N = config.encoder.num_layers, config.encoder.num_heads[0]
-        module = model.module
+        self.L, self.N = encoder.num_layers, encoder.num_heads[0]
+
+        def stem(params, batch, x):  # the input of layer l: embedded here when l == 0
+            s = model.embed(params, **_inputs(model, batch))
+            return s if x is None else s.replace_hidden(x)
 
         def advance(params, batch, x, mask, l):  # the hidden state entering layer l + 1
-            out = module.apply({"params": params}, **_inputs(batch), head_mask=mask,
-                               layers=(l, l + 1), hidden_state=x)  # fmt: skip
-            return out.last_hidden_state
+            return model.encode(params, stem(params, batch, x), head_mask=mask,
+                                layers=(l, l + 1))[0]  # fmt: skip
 
         def suffix(params, batch, x, mask, l):  # logits [B, C] from the input of layer l
-            out = module.apply({"params": params}, **_inputs(batch), head_mask=mask,
-                               layers=(l, self.L), hidden_state=x)  # fmt: skip
-            return out.logits
+            hidden, _ = model.encode(params, stem(params, batch, x), head_mask=mask,
+                                     layers=(l, self.L))  # fmt: skip
+            return model.head(params, hidden).logits
 
         self._advance = jax.jit(advance, static_argnames="l")
         self._suffix = jax.jit(suffix, static_argnames="l")
 
     def __call__(
-        self, data: UncertaintySet, keep_per_layer: int, objective: Objective = "avg"
+        self, data: UncertaintyBatches, keep_per_layer: int, objective: Objective = "avg"
     ) -> np.ndarray:
         """Returns the kept heads, bool `[L, N]`."""
         L, N, params = self.L, self.N, self.model.params
@@ -131,11 +127,12 @@ class CircuitSearch:
 
 
 def circuit_search(
-    model: Model, data: UncertaintySet, keep_per_layer: int, objective: Objective = "avg"
+    model: Model, data: UncertaintyBatches, keep_per_layer: int, objective: Objective = "avg"
 ) -> np.ndarray:
     """Layer-conditioned greedy search; returns the kept heads, bool `[L, N]`."""
     return CircuitSearch(model)(data, keep_per_layer, objective)
 
 
-def _inputs(batch: dict) -> dict:
-    return {k: v for k, v in batch.items() if k != "labels"}
+def _inputs(model: Model, batch: dict) -> dict:
+    names = set(input_names(model.config))
+    return {k: v for k, v in batch.items() if k in names}

@@ -8,7 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from hydra_jax.models import BertConfig, CLIPConfig, EncoderConfig, Model, ViTConfig
+from hydra_jax.models import (
+    BertConfig,
+    CLIPConfig,
+    CLIPVisionTowerConfig,
+    EncoderConfig,
+    Model,
+    ViTConfig,
+)
 
 Keep = np.ndarray | Sequence[np.ndarray]  # bool [L, N], or L bool [N_l] for unequal layers
 
@@ -52,7 +59,7 @@ def compact(model: Model, keep: Keep | Mapping[str, Keep]) -> Model:
     """A smaller model without the heads where `keep` is False; outputs equal the masked model.
 
     Args:
-      model: BERT, ViT or CLIP.
+      model: BERT, ViT, a CLIP vision tower, or CLIP.
       keep: bool `[L, N]` (or per-layer rows); for CLIP a mapping with optional `text` and
         `vision` entries.
 
@@ -60,10 +67,13 @@ def compact(model: Model, keep: Keep | Mapping[str, Keep]) -> Model:
       A `Model` whose layers may have different head counts (`config.encoder.num_heads`).
     """
     config, params = model.config, dict(model.params)
-    if isinstance(config, BertConfig | ViTConfig):
+    if isinstance(config, BertConfig | ViTConfig | CLIPVisionTowerConfig):
         if isinstance(keep, Mapping):
-            raise TypeError("keep must be an array for BERT/ViT (a mapping is for CLIP towers)")
+            raise TypeError("keep must be an array for one encoder (a mapping is for CLIP models)")
         params["encoder"], encoder = compact_encoder(params["encoder"], config.encoder, keep)
+        if isinstance(config, CLIPVisionTowerConfig):
+            vision = dataclasses.replace(config.vision, encoder=encoder)
+            return Model(dataclasses.replace(config, vision=vision), params)
         return Model(dataclasses.replace(config, encoder=encoder), params)
     if isinstance(config, CLIPConfig):
         if not isinstance(keep, Mapping) or not set(keep) <= {"text", "vision"}:

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import xlogy
 
-from hydra_jax.models import Model
+from hydra_jax.models import Model, check_inputs, encoder_of, input_names
 
 METHODS = ("taylor", "his", "entropy", "hies", "ad", "l2", "random")
 Batch = dict[str, Any]
@@ -62,17 +62,21 @@ def attention_entropy(
 
 def _head_stats(model: Model, use_labels: bool):
     """`(params, batch) -> (|grad| [B, L, N], entropy [B, L, N])`, one forward+backward."""
-    encoder = model.config.encoder
+    encoder = encoder_of(model.config)
     L, N = encoder.num_layers, encoder.num_heads[0]
+    names = set(input_names(model.config))
 
     def one(params: Any, example: Batch) -> tuple[jax.Array, jax.Array]:
-        inputs = {k: v[None] for k, v in example.items() if k != "labels"}  # batch of one
+        inputs = {k: v[None] for k, v in example.items() if k in names}  # batch of one
 
         def loss(mask: jax.Array) -> tuple[jax.Array, jax.Array]:
             out = model.apply(params, **inputs, head_mask=mask, output_attentions=True)
             log_p = jax.nn.log_softmax(out.logits[0])  # [C]
             target = example["labels"] if use_labels else jax.lax.stop_gradient(log_p.argmax())
-            entropy = attention_entropy(out.attentions, inputs["attention_mask"])[0]
+            S = out.attentions.shape[-1]
+            # The key padding comes from the model's own inputs: none for images.
+            keys = inputs.get("attention_mask", jnp.ones((1, S), jnp.int32))
+            entropy = attention_entropy(out.attentions, keys, encoder.causal)[0]
             return -log_p[target], entropy
 
         dtype = jax.tree.leaves(params)[0].dtype  # float64 weights give float64 gradients
@@ -85,19 +89,26 @@ def _head_stats(model: Model, use_labels: bool):
 def his_and_entropy(
     model: Model, batches: Iterable[Batch], use_labels: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
-    """HIS `E_x |dL/dm|` and AE, both `[L, N]`, over every example of `batches`."""
+    """HIS `E_x |dL/dm|` and AE, both `[L, N]`, over every example of `batches`.
+
+    Args:
+      model: a classifier with one encoder (BERT, ViT, CLIP vision tower with a zero-shot head).
+      batches: model-input dicts, with `labels` `[B]` when `use_labels`.
+      use_labels: the loss on the labels (else on the model's own argmax).
+    """
     if getattr(model.config, "num_labels", 0) == 0:
         raise ValueError("gradient and entropy scores need a model with a classifier")
-    if len(set(model.config.encoder.num_heads)) != 1:
+    if len(set(encoder_of(model.config).num_heads)) != 1:
         raise ValueError("score a model before compacting it (layers have unequal head counts)")
     stats = _head_stats(model, use_labels)
     grad_sum = entropy_sum = 0.0
     count = 0
     for batch in batches:
-        if "attention_mask" not in batch:
-            batch = {**batch, "attention_mask": np.ones_like(batch["input_ids"])}
+        if use_labels and "labels" not in batch:
+            raise ValueError("use_labels=True needs `labels` in every calibration batch")
         if not use_labels:
             batch = {k: v for k, v in batch.items() if k != "labels"}
+        check_inputs(model.config, batch)
         grads, entropy = stats(model.params, batch)
         grad_sum = grad_sum + np.asarray(grads, np.float64).sum(0)
         entropy_sum = entropy_sum + np.asarray(entropy, np.float64).sum(0)
@@ -123,7 +134,7 @@ def hies(his: np.ndarray, entropy: np.ndarray, alpha: float) -> np.ndarray:
 
 def l2_scores(model: Model) -> np.ndarray:
     """`[L, N]` L2 norm of each head's query/key/value kernel columns and output kernel rows."""
-    encoder = model.config.encoder
+    encoder = encoder_of(model.config)
     rows = []
     for l in range(encoder.num_layers):
         attention = model.params["encoder"][f"layer_{l}"]["attention"]
@@ -149,8 +160,9 @@ def score(
     """Head importance `[L, N]` (higher = more important, pruned last).
 
     Args:
-      model: a BERT/ViT classifier (gradient and entropy scores need logits).
-      batches: calibration batches (dicts of `[B, T]` arrays with `labels`); unused by `l2` and
+      model: a BERT or ViT classifier or a CLIP vision tower with a zero-shot head (gradient and
+        entropy scores need logits; `l2` and `random` need none).
+      batches: calibration batches (model-input dicts with `labels`); unused by `l2` and
         `random`.
       method: one of `taylor`, `his`, `entropy`, `hies`, `ad`, `l2`, `random`.
       alpha: the HIES mixing weight.
@@ -164,7 +176,7 @@ def score(
     """
     if method not in METHODS:
         raise ValueError(f"unknown scoring method {method!r}; choose from {METHODS}")
-    encoder = model.config.encoder
+    encoder = encoder_of(model.config)
     if method == "random":
         s = np.random.default_rng(seed).uniform(size=(encoder.num_layers, encoder.num_heads[0]))
     elif method == "l2":

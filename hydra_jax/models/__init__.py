@@ -18,12 +18,21 @@ from hydra_jax.models.config import (
     CLIPConfig,
     CLIPTextConfig,
     CLIPVisionConfig,
+    CLIPVisionTowerConfig,
     EncoderConfig,
     HydraConfig,
+    MemberConfig,
     ViTConfig,
 )
-from hydra_jax.models.model import Model
-from hydra_jax.models.outputs import CLIPOutput, ModelOutput
+from hydra_jax.models.model import (
+    Model,
+    check_inputs,
+    encoder_of,
+    input_names,
+    vision_tower,
+    with_classifier,
+)
+from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
 
 __all__ = [
     "BertConfig",
@@ -31,9 +40,17 @@ __all__ = [
     "CLIPOutput",
     "CLIPTextConfig",
     "CLIPVisionConfig",
+    "CLIPVisionTowerConfig",
     "EncoderConfig",
     "HydraConfig",
+    "MemberConfig",
     "Model",
     "ModelOutput",
+    "Stem",
     "ViTConfig",
+    "check_inputs",
+    "encoder_of",
+    "input_names",
+    "vision_tower",
+    "with_classifier",
 ]

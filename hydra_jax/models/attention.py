@@ -60,7 +60,7 @@ class Attention(nn.Module):
     def __call__(
         self,
         x: jax.Array,
-        bias: jax.Array,
+        bias: jax.Array | None,
         head_mask: jax.Array | None,
         deterministic: bool = True,
     ) -> tuple[jax.Array, jax.Array]:
@@ -68,7 +68,7 @@ class Attention(nn.Module):
 
         Args:
           x: `[B, T, D]`.
-          bias: `[B, 1, T, S]` additive attention bias.
+          bias: `[B, 1, T, S]` additive attention bias, or None (every key visible: images).
           head_mask: `[N]` floats or None (all heads kept).
           deterministic: disables attention dropout.
 
@@ -86,7 +86,7 @@ class Attention(nn.Module):
         k = projection("key")(x)  # [B, S, N, K]
         v = projection("value")(x)  # [B, S, N, K]
         logits = jnp.einsum("BTNK,BSNK->BNTS", q, k) / jnp.sqrt(K).astype(x.dtype)
-        probs = jax.nn.softmax(logits + bias, axis=-1)  # [B, N, T, S]
+        probs = jax.nn.softmax(logits if bias is None else logits + bias, axis=-1)  # [B, N, T, S]
         dropped = nn.Dropout(self.dropout)(probs, deterministic=deterministic)
         context = jnp.einsum("BNTS,BSNK->BTNK", dropped, v)
         if head_mask is not None:

@@ -1,4 +1,4 @@
-"""BERT-family encoder (post-LN), tanh pooler and sequence classifier."""
+"""BERT-family encoder (post-LN), tanh pooler and sequence classifier, in three stages."""
 
 from __future__ import annotations
 
@@ -9,26 +9,69 @@ import jax.numpy as jnp
 from hydra_jax.models.attention import padding_bias
 from hydra_jax.models.config import BertConfig
 from hydra_jax.models.encoder import Encoder, HeadMask, LayerNorm, stack_attentions
-from hydra_jax.models.outputs import ModelOutput
-
-
-def embed_tokens(c: BertConfig, input_ids: jax.Array, token_type_ids: jax.Array) -> jax.Array:
-    """Word + position + token-type embeddings `[B, T, D]`.
-
-    Called inside a compact module (`Bert`, `Hydra`), whose parameters the tables become.
-    """
-    T, D = input_ids.shape[1], c.encoder.width
-    return (
-        nn.Embed(c.vocab_size, D, name="word_embeddings")(input_ids)
-        + nn.Embed(c.max_positions, D, name="position_embeddings")(jnp.arange(T))[None]
-        + nn.Embed(c.type_vocab_size, D, name="token_type_embeddings")(token_type_ids)
-    )
+from hydra_jax.models.outputs import ModelOutput, Stem
 
 
 class Bert(nn.Module):
+    """`embed` (tables + LayerNorm) -> `encode` (a layer range) -> `head` (pooler, classifier)."""
+
     config: BertConfig
 
-    @nn.compact
+    def setup(self) -> None:
+        c, e = self.config, self.config.encoder
+        self.word_embeddings = nn.Embed(c.vocab_size, e.width)
+        self.position_embeddings = nn.Embed(c.max_positions, e.width)
+        self.token_type_embeddings = nn.Embed(c.type_vocab_size, e.width)
+        self.embeddings_norm = LayerNorm(e.layer_norm_eps)
+        self.encoder = Encoder(e)
+        if c.pooler:
+            self.pooler = nn.Dense(e.width)
+        if c.num_labels:
+            self.classifier = nn.Dense(c.num_labels)
+        self.dropout = nn.Dropout(e.dropout)
+        rate = e.dropout if c.classifier_dropout is None else c.classifier_dropout
+        self.classifier_dropout = nn.Dropout(rate)
+
+    def embed(
+        self,
+        input_ids: jax.Array,
+        attention_mask: jax.Array | None = None,
+        token_type_ids: jax.Array | None = None,
+        deterministic: bool = True,
+    ) -> Stem:
+        """`input_ids`, `attention_mask`, `token_type_ids`: `[B, T]` integers."""
+        B, T = input_ids.shape
+        if attention_mask is None:
+            attention_mask = jnp.ones((B, T), jnp.int32)
+        if token_type_ids is None:
+            token_type_ids = jnp.zeros((B, T), jnp.int32)
+        x = (
+            self.word_embeddings(input_ids)
+            + self.position_embeddings(jnp.arange(T))[None]
+            + self.token_type_embeddings(token_type_ids)
+        )  # [B, T, D]
+        x = self.dropout(self.embeddings_norm(x), deterministic=deterministic)
+        return Stem(x, padding_bias(attention_mask, x.dtype), attention_mask)
+
+    def encode(
+        self,
+        stem: Stem,
+        head_mask: HeadMask | None = None,
+        deterministic: bool = True,
+        layers: tuple[int, int] | None = None,
+    ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+        return self.encoder(stem.hidden, stem.bias, head_mask, deterministic, layers)
+
+    def head(self, x: jax.Array, deterministic: bool = True) -> ModelOutput:
+        """Pooler (tanh of a dense layer on the [CLS] token) and classifier on `x` `[B, T, D]`."""
+        c = self.config
+        pooled = logits = None
+        if c.pooler:
+            pooled = jnp.tanh(self.pooler(x[:, 0]))  # [B, D]
+        if c.num_labels:
+            logits = self.classifier(self.classifier_dropout(pooled, deterministic=deterministic))
+        return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits)  # [B, C]
+
     def __call__(
         self,
         input_ids: jax.Array,
@@ -38,46 +81,8 @@ class Bert(nn.Module):
         head_mask: HeadMask | None = None,
         output_attentions: bool = False,
         deterministic: bool = True,
-        layers: tuple[int, int] | None = None,
-        hidden_state: jax.Array | None = None,
     ) -> ModelOutput:
-        """`input_ids`, `attention_mask`, `token_type_ids`: `[B, T]` integers.
-
-        `layers = (start, stop)` runs part of the stack: from `hidden_state` `[B, T, D]` (the
-        input of layer `start`; the embeddings when start is 0) up to layer `stop - 1`. Pooler
-        and classifier run only when `stop` is the last layer; `last_hidden_state` is then the
-        input of layer `stop`.
-        """
-        c, e = self.config, self.config.encoder
-        B, T = input_ids.shape
-        start, stop = layers or (0, e.num_layers)
-        if attention_mask is None:
-            attention_mask = jnp.ones((B, T), jnp.int32)
-        if token_type_ids is None:
-            token_type_ids = jnp.zeros((B, T), jnp.int32)
-        if start == 0:
-            x = embed_tokens(c, input_ids, token_type_ids)  # [B, T, D]
-            x = LayerNorm(e.layer_norm_eps, name="embeddings_norm")(x)
-            x = nn.Dropout(e.dropout)(x, deterministic=deterministic)
-        elif hidden_state is None:
-            raise ValueError(f"starting at layer {start} needs the hidden_state entering it")
-        else:
-            x = hidden_state
-        bias = padding_bias(attention_mask, x.dtype)
-        x, attentions = Encoder(e, name="encoder")(x, bias, head_mask, deterministic, (start, stop))
-
-        pooled = logits = None
-        if stop < e.num_layers:
-            return ModelOutput(last_hidden_state=x)
-        if c.pooler:
-            pooled = jnp.tanh(nn.Dense(e.width, name="pooler")(x[:, 0]))  # [B, D]
-        if c.num_labels:
-            rate = e.dropout if c.classifier_dropout is None else c.classifier_dropout
-            h = nn.Dropout(rate)(pooled, deterministic=deterministic)
-            logits = nn.Dense(c.num_labels, name="classifier")(h)  # [B, C]
-        return ModelOutput(
-            last_hidden_state=x,
-            pooler_output=pooled,
-            logits=logits,
-            attentions=stack_attentions(attentions) if output_attentions else None,
-        )
+        stem = self.embed(input_ids, attention_mask, token_type_ids, deterministic)
+        x, attentions = self.encode(stem, head_mask, deterministic)
+        out = self.head(x, deterministic)
+        return out.replace(attentions=stack_attentions(attentions) if output_attentions else None)

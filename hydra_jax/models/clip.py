@@ -1,4 +1,9 @@
-"""CLIP: causal text tower with EOS pooling, vision tower with CLS pooling, projections."""
+"""CLIP: causal text tower with EOS pooling, vision tower with CLS pooling, projections.
+
+Each tower has the three stages (`embed`, `encode`, `head`). A vision tower also stands alone as
+a model (`CLIPVisionTowerConfig`), optionally with a zero-shot head: fixed class embeddings
+`[C, E]` (prompt embeddings) scoring `exp(logit_scale) * cos(image embedding, class)`.
+"""
 
 from __future__ import annotations
 
@@ -9,83 +14,130 @@ import jax.numpy as jnp
 from hydra_jax.models.attention import padding_bias
 from hydra_jax.models.config import CLIPConfig, CLIPTextConfig, CLIPVisionConfig
 from hydra_jax.models.encoder import Encoder, HeadMask, LayerNorm, stack_attentions
-from hydra_jax.models.outputs import CLIPOutput, ModelOutput
-from hydra_jax.models.vit import patchify
+from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
+from hydra_jax.models.vit import patch_conv, patchify, prepend
+
+LOGIT_SCALE_INIT = 2.6592  # log(1 / 0.07), CLIP's initial temperature
+
+
+def normalise(x: jax.Array) -> jax.Array:
+    return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 
 
 class CLIPText(nn.Module):
     config: CLIPTextConfig
     projection_dim: int
 
-    @nn.compact
-    def __call__(
-        self,
-        input_ids: jax.Array,
-        attention_mask: jax.Array | None,
-        head_mask: HeadMask | None,
-        output_attentions: bool,
-        deterministic: bool,
-    ) -> ModelOutput:
+    def setup(self) -> None:
         c, e = self.config, self.config.encoder
+        self.token_embedding = nn.Embed(c.vocab_size, e.width)
+        self.position_embedding = nn.Embed(c.max_positions, e.width)
+        self.encoder = Encoder(e)
+        self.final_norm = LayerNorm(e.layer_norm_eps)
+        self.projection = nn.Dense(self.projection_dim, use_bias=False)
+
+    def embed(self, input_ids: jax.Array, attention_mask: jax.Array | None = None) -> Stem:
         B, T = input_ids.shape
         if attention_mask is None:
             attention_mask = jnp.ones((B, T), jnp.int32)
-        x = (
-            nn.Embed(c.vocab_size, e.width, name="token_embedding")(input_ids)
-            + nn.Embed(c.max_positions, e.width, name="position_embedding")(jnp.arange(T))[None]
-        )  # [B, T, D]
-        bias = padding_bias(attention_mask, x.dtype, causal=True)
-        x, attentions = Encoder(e, name="encoder")(x, bias, head_mask, deterministic)
-        x = LayerNorm(e.layer_norm_eps, name="final_norm")(x)
+        x = self.token_embedding(input_ids) + self.position_embedding(jnp.arange(T))[None]
+        return Stem(x, padding_bias(attention_mask, x.dtype, causal=True), attention_mask)
+
+    def encode(
+        self,
+        stem: Stem,
+        head_mask: HeadMask | None = None,
+        deterministic: bool = True,
+        layers: tuple[int, int] | None = None,
+    ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+        return self.encoder(stem.hidden, stem.bias, head_mask, deterministic, layers)
+
+    def head(self, x: jax.Array, input_ids: jax.Array) -> ModelOutput:
+        x = self.final_norm(x)
         # `transformers` pools the first EOS token; checkpoints with the legacy eos id 2 pool the
         # highest token id instead (the EOS of the original CLIP vocabulary).
-        if c.eos_token_id == 2:
+        if self.config.eos_token_id == 2:
             eos = jnp.argmax(input_ids, axis=-1)
         else:
-            eos = jnp.argmax(input_ids == c.eos_token_id, axis=-1)
-        pooled = x[jnp.arange(B), eos]  # [B, D]
-        embeds = nn.Dense(self.projection_dim, use_bias=False, name="projection")(pooled)
-        return ModelOutput(
-            last_hidden_state=x,
-            pooler_output=pooled,
-            attentions=stack_attentions(attentions) if output_attentions else None,
-            embeds=embeds,
-        )
+            eos = jnp.argmax(input_ids == self.config.eos_token_id, axis=-1)
+        pooled = x[jnp.arange(x.shape[0]), eos]  # [B, D]
+        embeds = self.projection(pooled)  # [B, E]
+        return ModelOutput(last_hidden_state=x, pooler_output=pooled, embeds=embeds)
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        attention_mask: jax.Array | None = None,
+        *,
+        head_mask: HeadMask | None = None,
+        output_attentions: bool = False,
+        deterministic: bool = True,
+    ) -> ModelOutput:
+        x, attentions = self.encode(self.embed(input_ids, attention_mask), head_mask, deterministic)
+        out = self.head(x, input_ids)
+        return out.replace(attentions=stack_attentions(attentions) if output_attentions else None)
 
 
 class CLIPVision(nn.Module):
+    """The vision tower; with `num_labels`, a zero-shot classifier over fixed class embeddings."""
+
     config: CLIPVisionConfig
     projection_dim: int
+    num_labels: int = 0
 
-    @nn.compact
+    def setup(self) -> None:
+        c, e = self.config, self.config.encoder
+        T = (c.image_size // c.patch_size) ** 2
+        self.patch = patch_conv(e.width, c.patch_size, use_bias=False)
+        self.class_embedding = self.param(
+            "class_embedding", nn.initializers.normal(0.02), (e.width,)
+        )
+        self.position_embedding = nn.Embed(T + 1, e.width)
+        self.pre_norm = LayerNorm(e.layer_norm_eps)
+        self.encoder = Encoder(e)
+        self.post_norm = LayerNorm(e.layer_norm_eps)
+        self.projection = nn.Dense(self.projection_dim, use_bias=False)
+        if self.num_labels:
+            E = self.projection_dim
+            init = nn.initializers.normal(0.02)
+            self.class_embeds = self.param("class_embeds", init, (self.num_labels, E))
+            scale = nn.initializers.constant(LOGIT_SCALE_INIT)
+            self.logit_scale = self.param("logit_scale", scale, ())
+
+    def embed(self, pixel_values: jax.Array) -> Stem:
+        x = prepend(self.class_embedding, patchify(self.patch, pixel_values))  # [B, T+1, D]
+        positions = self.position_embedding(jnp.arange(x.shape[1]))
+        return Stem(self.pre_norm(x + positions[None]))
+
+    def encode(
+        self,
+        stem: Stem,
+        head_mask: HeadMask | None = None,
+        deterministic: bool = True,
+        layers: tuple[int, int] | None = None,
+    ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+        return self.encoder(stem.hidden, stem.bias, head_mask, deterministic, layers)
+
+    def head(self, x: jax.Array) -> ModelOutput:
+        pooled = self.post_norm(x[:, 0])  # [B, D]
+        embeds = self.projection(pooled)  # [B, E]
+        logits = None
+        if self.num_labels:  # [B, C]
+            cosine = normalise(embeds) @ normalise(self.class_embeds).T
+            logits = jnp.exp(self.logit_scale) * cosine
+        return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits, embeds=embeds)
+
     def __call__(
         self,
         pixel_values: jax.Array,
-        head_mask: HeadMask | None,
-        output_attentions: bool,
-        deterministic: bool,
+        *,
+        head_mask: HeadMask | None = None,
+        output_attentions: bool = False,
+        deterministic: bool = True,
     ) -> ModelOutput:
-        c, e = self.config, self.config.encoder
-        x = patchify(pixel_values, e.width, c.patch_size, use_bias=False)
-        B, T = x.shape[:2]
-        cls = self.param("class_embedding", nn.initializers.normal(0.02), (e.width,))
-        x = jnp.concatenate([jnp.broadcast_to(cls, (B, 1, e.width)).astype(x.dtype), x], axis=1)
-        pos = nn.Embed(T + 1, e.width, name="position_embedding")(jnp.arange(T + 1))
-        x = LayerNorm(e.layer_norm_eps, name="pre_norm")(x + pos[None])  # [B, T+1, D]
-        bias = jnp.zeros((B, 1, T + 1, T + 1), x.dtype)
-        x, attentions = Encoder(e, name="encoder")(x, bias, head_mask, deterministic)
-        pooled = LayerNorm(e.layer_norm_eps, name="post_norm")(x[:, 0])  # [B, D]
-        embeds = nn.Dense(self.projection_dim, use_bias=False, name="projection")(pooled)
-        return ModelOutput(
-            last_hidden_state=x,
-            pooler_output=pooled,
-            attentions=stack_attentions(attentions) if output_attentions else None,
-            embeds=embeds,
-        )
-
-
-def _normalise(x: jax.Array) -> jax.Array:
-    return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+        x, attentions = self.encode(self.embed(pixel_values), head_mask, deterministic)
+        out = self.head(x)
+        return out.replace(attentions=stack_attentions(attentions) if output_attentions else None)
 
 
 class CLIP(nn.Module):
@@ -108,18 +160,17 @@ class CLIP(nn.Module):
         text_tower = CLIPText(c.text, c.projection_dim, name="text")
         vision_tower = CLIPVision(c.vision, c.projection_dim, name="vision")
         logit_scale = self.param("logit_scale", nn.initializers.constant(c.logit_scale_init), ())
+        options = dict(output_attentions=output_attentions, deterministic=deterministic)
         text = vision = None
         if input_ids is not None:
-            text = text_tower(
-                input_ids, attention_mask, text_head_mask, output_attentions, deterministic
-            )
+            text = text_tower(input_ids, attention_mask, head_mask=text_head_mask, **options)
         if pixel_values is not None:
-            vision = vision_tower(pixel_values, vision_head_mask, output_attentions, deterministic)
+            vision = vision_tower(pixel_values, head_mask=vision_head_mask, **options)
         if self.is_initializing() and (text is None or vision is None):
             raise ValueError("CLIP initialisation needs both input_ids and pixel_values")
         out = CLIPOutput(
-            text_embeds=None if text is None else _normalise(text.embeds),
-            image_embeds=None if vision is None else _normalise(vision.embeds),
+            text_embeds=None if text is None else normalise(text.embeds),
+            image_embeds=None if vision is None else normalise(vision.embeds),
             text_model_output=text,
             vision_model_output=vision,
         )

@@ -92,15 +92,36 @@ class CLIPConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class HydraConfig:
-    """M head-pruned BERT members fused into one network (Hydra Ensembles).
+class CLIPVisionTowerConfig:
+    """A CLIP vision tower as a model of its own (outputs `embeds` `[B, E]`, projected).
 
-    `member` is the members' common (compacted) architecture: `member.encoder.num_heads` are the
-    heads each member keeps per layer.
+    With `num_labels`, a zero-shot classifier: `logits = exp(logit_scale) * cos(embeds,
+    class_embeds)` over fixed class embeddings `[C, E]` (for example prompt-ensemble text
+    embeddings), so scoring, pruning and fusion treat it like any classifier.
     """
 
-    member: BertConfig
+    vision: CLIPVisionConfig
+    projection_dim: int
+    num_labels: int = 0
+
+    @property
+    def encoder(self) -> EncoderConfig:
+        return self.vision.encoder
+
+
+MemberConfig = BertConfig | ViTConfig | CLIPVisionTowerConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class HydraConfig:
+    """M head-pruned members fused into one network (Hydra Ensembles).
+
+    `member` is the members' common (compacted) architecture, any family with a single encoder:
+    `member.encoder.num_heads` are the heads each member keeps per layer.
+    """
+
+    member: MemberConfig
     num_members: int
 
 
-ArchConfig = BertConfig | ViTConfig | CLIPConfig | HydraConfig
+ArchConfig = BertConfig | ViTConfig | CLIPConfig | CLIPVisionTowerConfig | HydraConfig

@@ -31,10 +31,30 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 HeadMask = jax.Array | Sequence[jax.Array]
 
 
-def LayerNorm(epsilon: float, name: str) -> nn.LayerNorm:  # noqa: N802 (a module factory)
-    # Two-pass variance, as torch computes it: Flax's default E[x^2] - E[x]^2 cancels
-    # catastrophically when a row's mean is large against its spread.
-    return nn.LayerNorm(epsilon, use_fast_variance=False, name=name)
+class LayerNorm(nn.Module):
+    """LayerNorm over the last axis as torch computes it: two-pass variance (Flax's default
+    E[x^2] - E[x]^2 cancels catastrophically when a row's mean is large against its spread).
+
+    Statistics in float32 (float64 for float64 inputs, which checks use), never lower; the
+    output in the input's dtype. Casts are explicit, so it runs under strict dtype promotion.
+    Parameters `scale` and `bias` `[D]`, as `flax.linen.LayerNorm` names them; in float32 the
+    arithmetic is Flax's, operation for operation.
+    """
+
+    epsilon: float
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        D = x.shape[-1]
+        scale = self.param("scale", nn.initializers.ones, (D,), jnp.float32)
+        bias = self.param("bias", nn.initializers.zeros, (D,), jnp.float32)
+        dtype = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+        shape = (1,) * (x.ndim - 1) + (D,)  # explicit ranks: [..., 1] statistics, [1.., D] params
+        h = x.astype(dtype)
+        mean = h.mean(-1, keepdims=True)
+        var = jnp.square(h - mean).mean(-1, keepdims=True)
+        mul = jax.lax.rsqrt(var + self.epsilon) * scale.astype(dtype).reshape(shape)
+        return ((h - mean) * mul + bias.astype(dtype).reshape(shape)).astype(x.dtype)
 
 
 class Mlp(nn.Module):
@@ -54,7 +74,7 @@ class EncoderLayer(nn.Module):
 
     @nn.compact
     def __call__(
-        self, x: jax.Array, bias: jax.Array, head_mask: jax.Array | None, deterministic: bool
+        self, x: jax.Array, bias: jax.Array | None, head_mask: jax.Array | None, deterministic: bool
     ) -> tuple[jax.Array, jax.Array]:
         c = self.config
         attention = Attention(
@@ -84,7 +104,7 @@ class Encoder(nn.Module):
     def __call__(
         self,
         x: jax.Array,
-        bias: jax.Array,
+        bias: jax.Array | None,
         head_mask: HeadMask | None,
         deterministic: bool,
         layers: tuple[int, int] | None = None,
@@ -93,7 +113,7 @@ class Encoder(nn.Module):
 
         Args:
           x: `[B, T, D]`, the input of layer `start`.
-          bias: `[B, 1, T, S]` additive attention bias.
+          bias: `[B, 1, T, S]` additive attention bias, or None (no padding: images).
           head_mask: `[L, N]`, or L arrays `[N_l]` when layers have different head counts, or None.
           deterministic: disables dropout.
           layers: run layers `start..stop-1` only (default: all). A search that changes only

@@ -42,3 +42,22 @@ class CLIPOutput:
     logits_per_text: jax.Array | None = None
     text_model_output: ModelOutput | None = None
     vision_model_output: ModelOutput | None = None
+
+
+@struct.dataclass
+class Stem:
+    """What a model's `embed` stage hands to `encode`: the hidden state entering layer 0 and the
+    key-padding information that every layer shares, taken from the model's own inputs.
+
+    Attributes:
+      hidden: `[B, T, D]`.
+      bias: `[B, 1, T, S]` additive attention bias, or None (every key visible: images).
+      key_mask: `[B, S]` 1 for real keys, or None (every key real).
+    """
+
+    hidden: jax.Array
+    bias: jax.Array | None = None
+    key_mask: jax.Array | None = None
+
+    def replace_hidden(self, hidden: jax.Array) -> Stem:
+        return self.replace(hidden=hidden)

@@ -8,21 +8,72 @@ import jax.numpy as jnp
 
 from hydra_jax.models.config import ViTConfig
 from hydra_jax.models.encoder import ACTIVATIONS, Encoder, HeadMask, LayerNorm, stack_attentions
-from hydra_jax.models.outputs import ModelOutput
+from hydra_jax.models.outputs import ModelOutput, Stem
 
 
-def patchify(pixel_values: jax.Array, width: int, patch_size: int, use_bias: bool) -> jax.Array:
-    """`[B, C, H, W]` (HF layout) -> `[B, T, D]` patch embeddings, T = (H / P) * (W / P)."""
-    x = jnp.transpose(pixel_values, (0, 2, 3, 1))  # [B, H, W, C]
+def patch_conv(width: int, patch_size: int, use_bias: bool) -> nn.Conv:
     P = patch_size
-    x = nn.Conv(width, (P, P), strides=(P, P), padding="VALID", use_bias=use_bias, name="patch")(x)
-    return x.reshape(x.shape[0], -1, width)  # [B, H/P, W/P, D] -> [B, T, D]
+    return nn.Conv(width, (P, P), strides=(P, P), padding="VALID", use_bias=use_bias)
+
+
+def patchify(conv: nn.Conv, pixel_values: jax.Array) -> jax.Array:
+    """`[B, C, H, W]` (HF layout) -> `[B, T, D]` patch embeddings, T = (H / P) * (W / P)."""
+    x = conv(jnp.transpose(pixel_values, (0, 2, 3, 1)))  # [B, H, W, C] -> [B, H/P, W/P, D]
+    return x.reshape(x.shape[0], -1, x.shape[-1])  # [B, T, D]
+
+
+def prepend(token: jax.Array, x: jax.Array) -> jax.Array:
+    """`[D]` token before the `[B, T, D]` sequence -> `[B, T + 1, D]`."""
+    B, _, D = x.shape
+    return jnp.concatenate([jnp.broadcast_to(token, (B, 1, D)).astype(x.dtype), x], axis=1)
 
 
 class ViT(nn.Module):
+    """`embed` (patches, CLS, positions) -> `encode` -> `head` (final LN, pooler, classifier)."""
+
     config: ViTConfig
 
-    @nn.compact
+    def setup(self) -> None:
+        c, e = self.config, self.config.encoder
+        T = (c.image_size // c.patch_size) ** 2
+        self.patch = patch_conv(e.width, c.patch_size, use_bias=True)
+        self.cls_token = self.param("cls_token", nn.initializers.normal(0.02), (e.width,))
+        self.position_embeddings = self.param(
+            "position_embeddings", nn.initializers.normal(0.02), (T + 1, e.width)
+        )
+        self.encoder = Encoder(e)
+        self.final_norm = LayerNorm(e.layer_norm_eps)
+        if c.pooler:
+            self.pooler = nn.Dense(e.width)
+        if c.num_labels:
+            self.classifier = nn.Dense(c.num_labels)
+        self.dropout = nn.Dropout(e.dropout)
+
+    def embed(self, pixel_values: jax.Array, deterministic: bool = True) -> Stem:
+        """`pixel_values`: `[B, C, H, W]` floats, as HF image processors produce them."""
+        x = prepend(self.cls_token, patchify(self.patch, pixel_values))  # [B, T+1, D]
+        return Stem(self.dropout(x + self.position_embeddings[None], deterministic=deterministic))
+
+    def encode(
+        self,
+        stem: Stem,
+        head_mask: HeadMask | None = None,
+        deterministic: bool = True,
+        layers: tuple[int, int] | None = None,
+    ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+        return self.encoder(stem.hidden, stem.bias, head_mask, deterministic, layers)
+
+    def head(self, x: jax.Array, deterministic: bool = True) -> ModelOutput:
+        del deterministic  # no dropout after the encoder
+        c = self.config
+        x = self.final_norm(x)
+        pooled = logits = None
+        if c.pooler:
+            pooled = ACTIVATIONS[c.pooler_activation](self.pooler(x[:, 0]))
+        if c.num_labels:
+            logits = self.classifier(x[:, 0])  # [B, C]
+        return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits)
+
     def __call__(
         self,
         pixel_values: jax.Array,
@@ -31,26 +82,7 @@ class ViT(nn.Module):
         output_attentions: bool = False,
         deterministic: bool = True,
     ) -> ModelOutput:
-        """`pixel_values`: `[B, C, H, W]` floats, as HF image processors produce them."""
-        c, e = self.config, self.config.encoder
-        x = patchify(pixel_values, e.width, c.patch_size, use_bias=True)
-        B, T = x.shape[:2]
-        cls = self.param("cls_token", nn.initializers.normal(0.02), (e.width,))
-        x = jnp.concatenate([jnp.broadcast_to(cls, (B, 1, e.width)).astype(x.dtype), x], axis=1)
-        pos = self.param("position_embeddings", nn.initializers.normal(0.02), (T + 1, e.width))
-        x = nn.Dropout(e.dropout)(x + pos[None], deterministic=deterministic)  # [B, T+1, D]
-        bias = jnp.zeros((B, 1, T + 1, T + 1), x.dtype)
-        x, attentions = Encoder(e, name="encoder")(x, bias, head_mask, deterministic)
-        x = LayerNorm(e.layer_norm_eps, name="final_norm")(x)
-
-        pooled = logits = None
-        if c.pooler:
-            pooled = ACTIVATIONS[c.pooler_activation](nn.Dense(e.width, name="pooler")(x[:, 0]))
-        if c.num_labels:
-            logits = nn.Dense(c.num_labels, name="classifier")(x[:, 0])  # [B, C]
-        return ModelOutput(
-            last_hidden_state=x,
-            pooler_output=pooled,
-            logits=logits,
-            attentions=stack_attentions(attentions) if output_attentions else None,
-        )
+        stem = self.embed(pixel_values, deterministic)
+        x, attentions = self.encode(stem, head_mask, deterministic)
+        out = self.head(x, deterministic)
+        return out.replace(attentions=stack_attentions(attentions) if output_attentions else None)

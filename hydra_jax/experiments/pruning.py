@@ -15,54 +15,45 @@ import time
 from pathlib import Path
 from typing import Any
 
-import jax
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import ml_collections
 import numpy as np
 from tqdm.auto import tqdm
 
-from hydra_jax import metrics, pipeline
-from hydra_jax.data.text import eval_batches
-from hydra_jax.evaluation import softmax
+from hydra_jax import metrics
+from hydra_jax.data import Dataset, labelled_batches, subset
+from hydra_jax.evaluation import Method, predict, softmax
+from hydra_jax.evaluation.report import pyplot
+from hydra_jax.experiments import baselines, common
 from hydra_jax.heads import hies, his_and_entropy, keep_mask, score
 from hydra_jax.models import Model
-from hydra_jax.training import TokenizedSet
 
 CURVE_METRICS = ("acc", "stability", "ece", "nll", "ood_auroc")
 
 
-def calibration_batches(train: TokenizedSet, size: int, seed: int, batch_size: int) -> list:
-    """`size` training examples drawn with `seed`, as labelled batches."""
-    index = np.random.default_rng(seed).permutation(len(train.tokens))[:size]
-    return [train.batch(index[i : i + batch_size]) for i in range(0, size, batch_size)]
-
-
 class MaskedPredictor:
-    """Logits of one model under any head mask; compiled once per padded shape."""
+    """Logits `[N, C]` of one model under any head mask, through the one prediction loop (one
+    compiled program per padded shape: the mask is an input, not a constant)."""
 
     def __init__(self, model: Model, batch_size: int):
         self.model, self.batch_size = model, batch_size
-        self._forward = jax.jit(
-            lambda params, mask, batch: model.apply(params, **batch, head_mask=mask).logits
-        )
 
-    def __call__(self, mask: np.ndarray, dataset: TokenizedSet) -> np.ndarray:
-        out = np.zeros((len(dataset.tokens), self.model.config.num_labels), np.float32)
-        mask = np.asarray(mask, np.float32)
-        for index in eval_batches(dataset.lengths, self.batch_size):
-            logits = self._forward(self.model.params, mask, dataset.batch(index, self.batch_size))
-            out[index] = np.asarray(logits)[: len(index)]
-        return out
+        def forward(weights: Any, batch: dict) -> Any:
+            params, mask = weights
+            return model.apply(params, **batch, head_mask=mask).logits[:, None]  # [B, 1, C]
+
+        self._forward = forward
+
+    def __call__(self, mask: np.ndarray, dataset: Dataset) -> np.ndarray:
+        weights = (self.model.params, np.asarray(mask, np.float32))
+        method = Method("masked", self._forward, weights)
+        return predict(method, dataset, self.batch_size, progress=False)[:, 0]
 
 
 def curve_point(
     predict: MaskedPredictor,
     mask: np.ndarray,
-    test: TokenizedSet,
-    ood: dict[str, TokenizedSet],
+    test: Dataset,
+    ood: dict[str, Dataset],
     reference: np.ndarray,
 ) -> dict[str, Any]:
     """The metrics of one pruned model; `reference` is the unpruned model's test predictions."""
@@ -84,18 +75,26 @@ def curve_point(
     }
 
 
-def run(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
+def train(config: ml_collections.ConfigDict, workdir: Path) -> None:
+    """Pruning curves prune one-shot: nothing to train. Claims the workdir and checks that the
+    base run is finished, so `evaluate.py` will find it."""
+    common.claim_workdir(config, Path(workdir))
+    baselines.trained(Path(config.base_workdir), seeds=[0])
+    print(f"pruning curves train nothing; the base run in {config.base_workdir} is finished: "
+          f"run evaluate.py with this config and --workdir {workdir}")  # fmt: skip
+
+
+def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
     """Computes every pruning curve; writes results.json, report.md and plots/."""
     workdir = Path(workdir)
-    pipeline.write_config(config, workdir)
     start = time.perf_counter()
-    base = pipeline.base_config(Path(config.base_workdir))
-    (model,), text = pipeline.trained(Path(config.base_workdir), base, seeds=[0])
-    validation = pipeline.tokenized_split(base, base.data.id_set, "validation")
+    (model,), text, base = baselines.trained(Path(config.base_workdir), seeds=[0])
+    common.claim_workdir(config, workdir)  # after the base run is found: a failure creates nothing
+    validation = common.tokenized_split(base, base.data.id_set, "validation")
     ood = {
-        name: s.subset(config.ood_limit) if config.ood_limit else s for name, s in text.ood.items()
+        name: subset(s, config.ood_limit) if config.ood_limit else s for name, s in text.ood.items()
     }
-    calibration = calibration_batches(
+    calibration = labelled_batches(
         text.train, config.calibration_size, config.calibration_seed, config.calibration_size
     )
     stages = {"load": time.perf_counter() - start}
@@ -145,6 +144,7 @@ def run(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
         "scores": {k: v.tolist() for k, v in {**scores, "entropy": entropy}.items()},
         "stages": stages,
         "stability_definition": "ours: % of ID test examples predicted as the unpruned model does",
+        "config": json.loads(config.to_json_best_effort()),
     }
     (workdir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
     _plot_curves(workdir / "plots", config, curves)
@@ -195,6 +195,7 @@ def markdown(config: ml_collections.ConfigDict, results: dict[str, Any]) -> str:
 
 
 def _plot_curves(directory: Path, config: ml_collections.ConfigDict, curves: dict) -> None:
+    plt = pyplot()
     directory.mkdir(parents=True, exist_ok=True)
     ratios = [float(r) for r in config.ratios]
     fig, axes = plt.subplots(1, len(CURVE_METRICS), figsize=(4 * len(CURVE_METRICS), 3.5))
@@ -223,6 +224,7 @@ def _plot_curves(directory: Path, config: ml_collections.ConfigDict, curves: dic
 
 
 def _plot_scores(directory: Path, scores: dict[str, np.ndarray]) -> None:
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(scores), figsize=(3.5 * len(scores), 3))
     for ax, (name, s) in zip(axes, scores.items(), strict=True):
         image = ax.imshow(s, aspect="auto", cmap="viridis")

@@ -1,4 +1,4 @@
-"""Evaluators: batched jit-compiled predictions, metrics per method, costs, artefacts on disk.
+"""Prediction (the one loop every caller uses), metrics per method, costs, artefacts on disk.
 
 Artefacts (SPEC section 8): `results.json` (fractions), `report.md` (percentages),
 `predictions/NAME.npz` (member probabilities and logits for the ID test set and every OOD set,
@@ -18,9 +18,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from hydra_jax import metrics
-from hydra_jax.baselines import Forward
-from hydra_jax.data.text import eval_batches
-from hydra_jax.training import TokenizedSet
+from hydra_jax.data import Dataset, eval_batches
+from hydra_jax.ensembles.baselines import Forward
 
 OOD_SCORES = ("msp", "entropy", "energy", "mi")
 
@@ -38,14 +37,20 @@ class Method:
         return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(self.weights))
 
 
-def predict(method: Method, data: TokenizedSet, batch_size: int) -> np.ndarray:
-    """Member logits `[N, M, C]` in the order of `data`, from length-sorted batches."""
+def predict(method: Method, data: Dataset, batch_size: int, progress: bool = True) -> np.ndarray:
+    """Member logits `[N, M, C]` in the order of `data`, from size-sorted batches.
+
+    Every batch has `batch_size` rows (the last is filled), so one compiled program serves a
+    whole dataset; `jax.jit` caches it on `method.forward`, so calls with other weights (other
+    head masks, other members) of the same shapes compile nothing new.
+    """
     forward = jax.jit(method.forward)
     out = None
-    for index in tqdm(eval_batches(data.lengths, batch_size), desc=method.name, leave=False):
+    batches = eval_batches(data.lengths, batch_size)
+    for index in tqdm(batches, desc=method.name, leave=False, disable=not progress):
         logits = np.asarray(forward(method.weights, data.batch(index, batch_size)))
         if out is None:
-            out = np.zeros((len(data.tokens), *logits.shape[1:]), np.float32)
+            out = np.zeros((len(data), *logits.shape[1:]), np.float32)
         out[index] = logits[: len(index)]
     return out
 
@@ -88,16 +93,10 @@ def xla_flops(compiled: Any) -> float:
     return float(analysis["flops"])
 
 
-def random_tokens(rng: np.random.Generator, batch_size: int, tokens: int) -> dict[str, np.ndarray]:
-    """A full-length batch of random word-piece ids `[B, T]` (no padding): latency measurements."""
-    ids = rng.integers(1000, 30000, (batch_size, tokens)).astype(np.int32)
-    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": 0 * ids}
-
-
 def cost(method: Method, batch: dict[str, np.ndarray], repeats: int = 10) -> dict[str, float]:
     """Parameters, XLA FLOPs per example, median latency and throughput on one fixed batch."""
     compiled = jax.jit(method.forward).lower(method.weights, batch).compile()
-    B = batch["input_ids"].shape[0]
+    B = next(iter(batch.values())).shape[0]
     jax.block_until_ready(compiled(method.weights, batch))
     times = []
     for _ in range(repeats):
@@ -120,3 +119,13 @@ def save_predictions(path: Path, predictions: dict[str, np.ndarray]) -> None:
 
 def write_results(workdir: Path, results: dict[str, Any]) -> None:
     (workdir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
+
+
+def logits_forward(model: Any) -> Forward:
+    """`(params, batch) -> [B, M, C]` of a classifier (M = 1) or a fused Hydra (M members)."""
+
+    def forward(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
+        logits = model.apply(params, **batch).logits
+        return logits if logits.ndim == 3 else logits[:, None, :]
+
+    return forward

@@ -5,10 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 
 from hydra_jax import metrics
@@ -74,7 +70,18 @@ def markdown(results: dict[str, Any], title: str) -> str:
     return "\n".join(lines)
 
 
+def pyplot():
+    """matplotlib's pyplot (Agg backend), imported on first use: `import hydra_jax` does not."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def reliability_plot(path: Path, probs: np.ndarray, labels: np.ndarray, title: str) -> None:
+    plt = pyplot()
     p = probs.mean(1) if probs.ndim == 3 else probs
     confidence = p.max(-1)
     correct = (p.argmax(-1) == labels).astype(float)
@@ -92,6 +99,7 @@ def reliability_plot(path: Path, probs: np.ndarray, labels: np.ndarray, title: s
 
 
 def ood_histogram(path: Path, id_scores: np.ndarray, ood_scores: dict, title: str) -> None:
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.5))
     bins = np.linspace(-1, -0.5, 26)
     ax.hist(id_scores, bins=bins, density=True, alpha=0.5, label="ID test")

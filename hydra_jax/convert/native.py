@@ -1,0 +1,72 @@
+"""Our own checkpoint format, for models an HF directory cannot express (a fused Hydra, a
+compacted model whose layers keep different head counts): the config as tagged JSON and the
+weights as an orbax checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+from hydra_jax.models import (
+    BertConfig,
+    CLIPConfig,
+    CLIPTextConfig,
+    CLIPVisionConfig,
+    CLIPVisionTowerConfig,
+    EncoderConfig,
+    HydraConfig,
+    Model,
+    ViTConfig,
+)
+
+_CONFIGS = {
+    c.__name__: c
+    for c in (EncoderConfig, BertConfig, ViTConfig, CLIPTextConfig, CLIPVisionConfig,
+              CLIPConfig, CLIPVisionTowerConfig, HydraConfig)
+}  # fmt: skip
+CONFIG_FILE = "model_config.json"
+
+
+def _encode(x: Any) -> Any:
+    if dataclasses.is_dataclass(x):
+        fields = {f.name: _encode(getattr(x, f.name)) for f in dataclasses.fields(x)}
+        return {"__config__": type(x).__name__, **fields}
+    return list(x) if isinstance(x, tuple) else x
+
+
+def _decode(x: Any) -> Any:
+    if isinstance(x, dict) and "__config__" in x:
+        kind = x["__config__"]
+        if kind not in _CONFIGS:
+            raise ValueError(f"unknown config kind {kind!r}; known: {sorted(_CONFIGS)}")
+        return _CONFIGS[kind](**{k: _decode(v) for k, v in x.items() if k != "__config__"})
+    return tuple(x) if isinstance(x, list) else x  # the only lists are head-count tuples
+
+
+def save_model(model: Model, path: str | Path) -> None:
+    """Writes `model` (any architecture) to the directory `path`."""
+    path = Path(path).absolute()
+    path.mkdir(parents=True, exist_ok=True)
+    (path / CONFIG_FILE).write_text(json.dumps(_encode(model.config), indent=2))
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(path / "params", model.params, force=True)
+    checkpointer.wait_until_finished()
+
+
+def load_model(path: str | Path) -> Model:
+    """Restores a model written by `save_model`.
+
+    Raises:
+      FileNotFoundError: `path` holds no saved model.
+    """
+    path = Path(path).absolute()
+    if not (path / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"{path} holds no saved model (no {CONFIG_FILE})")
+    config = _decode(json.loads((path / CONFIG_FILE).read_text()))
+    target = jax.eval_shape(lambda: Model.init(config, jax.random.key(0)).params)
+    return Model(config, ocp.StandardCheckpointer().restore(path / "params", target))

@@ -1,0 +1,79 @@
+"""Member head sets for Hydra Ensembles: bool `[M, L, N]`, `keep_per_layer` heads per layer.
+
+- `taylor`: member m scores heads (HIS) on its own calibration batches (seed m), keeps its
+  per-layer top n.
+- `circuit`: HeadMap's layer-conditioned search (`hydra_jax.heads.CircuitSearch`), member m with
+  its own objective and uncertainty-validation subset.
+- `hies` (ours): member m ranks heads by HIES with its own alpha.
+- `stratified` (ours): a layer's heads ranked by one score and dealt round-robin, so the members'
+  head sets are disjoint and of equal quality.
+
+Calibration and validation data arrive as batches (dicts of model inputs): this module knows
+nothing of datasets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from hydra_jax.heads import CircuitSearch, UncertaintyBatches, hies, his_and_entropy, keep_mask
+from hydra_jax.models import Model
+
+Batch = dict[str, np.ndarray]
+
+
+def stratified_head_sets(scores: np.ndarray, num_members: int) -> np.ndarray:
+    """Round-robin deal of each layer's heads in score order: rank r goes to member r mod M."""
+    scores = np.asarray(scores)
+    L, N = scores.shape
+    if N % num_members:
+        raise ValueError(f"{N} heads per layer do not split evenly into {num_members} members")
+    sets = np.zeros((num_members, L, N), bool)
+    for l in range(L):
+        for rank, head in enumerate(np.argsort(-scores[l], kind="stable")):
+            sets[rank % num_members, l, head] = True
+    return sets
+
+
+def taylor_head_sets(
+    model: Model, calibration: Sequence[Sequence[Batch]], keep_per_layer: int
+) -> np.ndarray:
+    """Member m keeps its per-layer top-n by HIS on its own calibration batches `calibration[m]`."""
+    return np.stack(
+        [
+            keep_mask(his_and_entropy(model, c)[0], keep_per_layer=keep_per_layer)
+            for c in calibration
+        ]
+    )
+
+
+def hies_head_sets(
+    model: Model, calibration: Sequence[Batch], alphas: Sequence[float], keep_per_layer: int
+) -> np.ndarray:
+    """Member m keeps its per-layer top-n by HIES with `alphas[m]` (one shared calibration)."""
+    his, entropy = his_and_entropy(model, calibration)
+    return np.stack(
+        [keep_mask(hies(his, entropy, a), keep_per_layer=keep_per_layer) for a in alphas]
+    )
+
+
+def circuit_head_sets(
+    model: Model,
+    validation: Sequence[UncertaintyBatches],
+    objectives: Sequence[str],
+    keep_per_layer: int,
+) -> np.ndarray:
+    """Member m: the circuit search on `validation[m]` with `objectives[m % len(objectives)]`.
+
+    One `CircuitSearch` serves every member, so its programs compile once.
+    """
+    search = CircuitSearch(model)
+    return np.stack(
+        [
+            search(data, keep_per_layer, objectives[m % len(objectives)])
+            for m, data in enumerate(tqdm(validation, desc="circuit search", leave=False))
+        ]
+    )

@@ -1,0 +1,36 @@
+"""The experiments behind `train.py` and `evaluate.py`, each a `train` and an `evaluate` stage.
+
+| `experiment` | train | evaluate |
+|---|---|---|
+| `baselines` | fine-tune one classifier per seed | single / deep ensemble / MC dropout |
+| `pruning` | nothing (checks the base run) | pruning curves of the base model |
+| `hydra` | member head sets, member fine-tuning, fusion | Hydras beside the baselines |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ml_collections
+
+from hydra_jax.experiments import baselines, common, hydra, pruning
+
+Stage = Callable[[ml_collections.ConfigDict, Path], Any]
+
+EXPERIMENTS: dict[str, tuple[Stage, Stage]] = {
+    "baselines": (baselines.train, baselines.evaluate),
+    "pruning": (pruning.train, pruning.evaluate),
+    "hydra": (hydra.train, hydra.evaluate),
+}
+
+
+def stages(config: ml_collections.ConfigDict) -> tuple[Stage, Stage]:
+    """`(train, evaluate)` of `config.experiment`."""
+    if config.experiment not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {config.experiment!r}; known: {sorted(EXPERIMENTS)}")
+    return EXPERIMENTS[config.experiment]
+
+
+__all__ = ["EXPERIMENTS", "baselines", "common", "hydra", "pruning", "stages"]

@@ -1,0 +1,81 @@
+"""What `train.py` and `evaluate.py` share: the flags, override checks, one clean error line."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import ml_collections
+from absl import app, flags, logging
+from flax import traverse_util
+from ml_collections import config_flags
+
+from hydra_jax.experiments import stages
+from hydra_jax.experiments.common import WorkdirError
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "experiment config file (configs/NAME.py[:VARIANT])", lock_config=True
+)
+_WORKDIR = flags.DEFINE_string("workdir", None, "the run's directory")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def _config_argument(argv: Sequence[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def check_overrides(argv: Sequence[str]) -> None:
+    """Refuses `--config.KEY=V` for a KEY the config lacks, naming the valid keys.
+
+    absl would raise deep inside flag parsing with a traceback; this runs first.
+    """
+    spec = _config_argument(argv)
+    overrides = [a[len("--config.") :].split("=", 1)[0] for a in argv if a.startswith("--config.")]
+    if spec is None or not overrides:
+        return
+    path, _, variant = spec.partition(":")
+    if not Path(path).is_file():
+        raise app.UsageError(f"config file {path} not found")
+    module_spec = importlib.util.spec_from_file_location("_checked_config", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    config = module.get_config(variant) if variant else module.get_config()
+    valid = sorted(traverse_util.flatten_dict(config.to_dict(), sep="."))
+    for key in overrides:
+        if key not in valid:
+            raise app.UsageError(f"unknown config key {key}; valid keys: {', '.join(valid)}")
+
+
+def run(stage_index: int) -> Callable[[list[str]], None]:
+    """The absl `main` of the stage (0 = train, 1 = evaluate) of `--config`'s experiment."""
+
+    def main(argv: list[str]) -> None:
+        del argv
+        logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
+        config: ml_collections.ConfigDict = _CONFIG.value
+        try:
+            stages(config)[stage_index](config, Path(_WORKDIR.value))
+        except (WorkdirError, FileNotFoundError, ValueError, FloatingPointError) as error:
+            # A named, expected problem: one line, no traceback.
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(2)
+
+    return main
+
+
+def start(stage_index: int, argv: Sequence[str] | None = None) -> Any:
+    argv = list(sys.argv if argv is None else argv)
+    try:
+        check_overrides(argv)
+    except app.UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    return app.run(run(stage_index), argv=argv)

@@ -1,0 +1,149 @@
+"""The Hydra Ensembles experiment: members from the fine-tuned single model, fused, evaluated.
+
+`train(config, workdir)`: the fine-tuned `single` model of a baselines workdir -> member head sets
+per strategy (`taylor`, `circuit`, `hies`, `stratified`) -> each member compacted and fine-tuned
+(seed m) -> fused into one network (optionally fine-tuned as a whole) -> saved under
+`workdir/fused/STRATEGY`. `evaluate(config, workdir)`: the saved fused models beside `single`,
+`deep_ensemble`, `mc_dropout` and the one-pruned-model baselines `pruned_taylor` /
+`pruned_hies` (member 0 of the matching Hydra run alone: one model at the members' pruning
+ratio).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import ml_collections
+import numpy as np
+
+from hydra_jax import ensembles
+from hydra_jax.convert.native import CONFIG_FILE, load_model, save_model
+from hydra_jax.data import concat_all, labelled_batches, subset, uncertainty_batches
+from hydra_jax.evaluation import Method, logits_forward
+from hydra_jax.experiments import baselines, common
+from hydra_jax.heads import UncertaintyBatches, his_and_entropy
+from hydra_jax.models import Model
+from hydra_jax.training import TrainSettings, fit, make_optimizer, make_train_step, schedule_length
+
+
+def uncertainty_sets(
+    config: ml_collections.ConfigDict, base: ml_collections.ConfigDict
+) -> list[UncertaintyBatches]:
+    """Per member m: half ID validation, half OOD validation (all OOD sets pooled), seed m."""
+    id_val = common.tokenized_split(base, base.data.id_set, "validation")
+    ood_val = concat_all([common.tokenized_split(base, n, "validation")
+                          for n in base.data.ood_sets])  # fmt: skip
+    half = config.circuit.examples // 2
+    size = config.eval.batch_size
+    return [
+        uncertainty_batches(subset(id_val, half, m), subset(ood_val, half, m), size)
+        for m in range(config.num_members)
+    ]
+
+
+def head_sets(
+    config: ml_collections.ConfigDict,
+    base: ml_collections.ConfigDict,
+    strategy: str,
+    single: Model,
+    train: Any,
+) -> np.ndarray:
+    """Member head sets `[M, L, N]` for one strategy."""
+    M = config.num_members
+    n = single.config.encoder.num_heads[0] // M
+    calibration = [
+        labelled_batches(train, config.calibration_size, m, config.eval.batch_size)
+        for m in range(M)
+    ]
+    if strategy == "taylor":
+        return ensembles.taylor_head_sets(single, calibration, n)
+    if strategy == "hies":
+        return ensembles.hies_head_sets(single, calibration[0], config.hies_alphas, n)
+    if strategy == "stratified":
+        return ensembles.stratified_head_sets(his_and_entropy(single, calibration[0])[0], M)
+    if strategy == "circuit":
+        sets = uncertainty_sets(config, base)
+        return ensembles.circuit_head_sets(single, sets, config.circuit.objectives, n)
+    raise ValueError(f"unknown member strategy {strategy!r}")
+
+
+def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, list]:
+    """Builds and saves every Hydra of `config.strategies` (resuming member fine-tuning)."""
+    workdir = Path(workdir)
+    start = time.perf_counter()
+    (single,), text, base = baselines.trained(Path(config.base_workdir), seeds=[0])
+    settings = TrainSettings(**{**base.train.to_dict(), **config.member_train.to_dict()})
+    common.claim_workdir(config, workdir)
+    stages = {"load baselines": time.perf_counter() - start}
+    step_fn = None
+    record: dict[str, Any] = {}
+    for strategy in config.strategies:
+        start = time.perf_counter()
+        sets = head_sets(config, base, strategy, single, text.train)
+        stages[f"{strategy}: head sets"] = time.perf_counter() - start
+        record[strategy] = sets.astype(int).tolist()
+        start = time.perf_counter()
+        members = []
+        for m, member in enumerate(ensembles.members_from(single, sets)):
+            if settings.epochs > 0:
+                if step_fn is None:
+                    total = schedule_length(len(text.train), settings)[1]
+                    step_fn = make_train_step(member, make_optimizer(settings, total))
+                directory = workdir / "members" / strategy / f"seed_{m}"
+                member_settings = dataclasses.replace(settings, seed=m)
+                member = fit(member, text.train, member_settings, directory, step_fn=step_fn)
+            members.append(member)
+        stages[f"{strategy}: fine-tune members"] = time.perf_counter() - start
+        fused = ensembles.fuse(members)
+        if config.fused_train.epochs > 0:  # optional: fine-tune the fused network as a whole
+            start = time.perf_counter()
+            fused_settings = TrainSettings(**{**settings.__dict__, **config.fused_train.to_dict()})
+            fused = fit(fused, text.train, fused_settings, workdir / "fused_training" / strategy)
+            stages[f"{strategy}: fine-tune fused"] = time.perf_counter() - start
+        save_model(fused, workdir / "fused" / strategy)
+        if strategy in ("taylor", "hies"):  # the pruned_* baselines: member 0 alone
+            save_model(members[0], workdir / "pruned" / strategy)
+    (workdir / "head_sets.json").write_text(json.dumps(record))
+    (workdir / "train_timings.json").write_text(json.dumps(stages, indent=2))
+    return record
+
+
+def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
+    """Evaluates `config.methods`: the saved Hydras and the baselines of `config.base_workdir`."""
+    workdir = Path(workdir)
+    common.check_workdir(config, workdir)
+    available: dict[str, Any] = {}
+    for strategy in config.strategies:
+        path = workdir / "fused" / strategy
+        if not (path / CONFIG_FILE).is_file():
+            raise common.WorkdirError(
+                f"{path} holds no fused Hydra: run train.py with this --config and --workdir "
+                f"{workdir} first"
+            )
+        available[f"hydra_{strategy}"] = lambda p=path, s=strategy: _method(f"hydra_{s}", p)
+        if strategy in ("taylor", "hies"):
+            pruned = workdir / "pruned" / strategy
+            available[f"pruned_{strategy}"] = lambda p=pruned, s=strategy: _method(f"pruned_{s}", p)
+    start = time.perf_counter()
+    base_methods = [m for m in ("single", "deep_ensemble", "mc_dropout") if m in config.methods]
+    seeds = None if "deep_ensemble" in config.methods else [0]
+    models, text, base = baselines.trained(Path(config.base_workdir), seeds=seeds)
+    stages = {"load baselines": time.perf_counter() - start}
+    stages.update(common.read_json(workdir / "train_timings.json", {}))
+    for method in baselines.methods(base, models):
+        if method.name in base_methods:
+            available[method.name] = lambda m=method: m
+    missing = sorted(set(config.methods) - set(available))
+    if missing:
+        raise ValueError(f"methods {missing} need strategies that config.strategies lacks")
+    to_evaluate = [available[name]() for name in config.methods]
+    return common.evaluate_methods(config, workdir, to_evaluate, text, stages)
+
+
+def _method(name: str, path: Path) -> Method:
+    model = load_model(path)  # a fused Hydra, or one pruned member
+    return Method(name, logits_forward(model), model.params)

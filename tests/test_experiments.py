@@ -1,0 +1,262 @@
+"""The experiments end to end (train + evaluate stages) on the synthetic source with a tiny BERT
+(MiniLM's real tokenizer, random 3-layer weights): artefacts, workdir ownership, the CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+from flax import traverse_util
+
+import hydra_jax as hj
+from hydra_jax import metrics
+from hydra_jax.evaluation import method_metrics
+from hydra_jax.experiments import baselines, common, hydra, pruning
+from hydra_jax.models import BertConfig, EncoderConfig
+
+REPO = Path(__file__).parent.parent
+sys.path.insert(0, str(REPO))
+from configs import hydra_minilm_mr, minilm_mr, prune_minilm_mr  # noqa: E402
+
+L, N = 3, 4  # tiny: 3 layers of 4 heads (2 per member), width 20
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    """An HF BERT directory: random weights, the real MiniLM tokenizer (its 30,522 ids)."""
+    path = tmp_path_factory.mktemp("tiny_bert")
+    config = BertConfig(
+        EncoderConfig((N,) * L, 20, 5, 24, "gelu", 1e-12, pre_norm=False, dropout=0.1,
+                      attention_dropout=0.1),
+        vocab_size=30522, max_positions=40, type_vocab_size=2,
+    )  # fmt: skip
+    hj.save_pretrained(hj.Model.init(config, jax.random.key(0)), path)
+    shutil.copy(hj.minilm_l6_path() / "tokenizer.json", path)
+    return path
+
+
+def smoke_config(data_dir, checkpoint) -> ml_collections.ConfigDict:
+    config = minilm_mr.get_config("smoke")
+    config.data_dir = str(data_dir)
+    config.checkpoint = str(checkpoint)
+    config.train.update(epochs=3.0, learning_rate=3e-3)  # a random tiny model learns fast
+    return config
+
+
+@pytest.fixture(scope="module")
+def smoke_run(synthetic_data_dir, tiny_checkpoint, tmp_path_factory):
+    config = smoke_config(synthetic_data_dir, tiny_checkpoint)
+    workdir = tmp_path_factory.mktemp("smoke")
+    baselines.train(config, workdir)
+    results = baselines.evaluate(config, workdir)
+    return config, workdir, results
+
+
+def test_every_artefact_exists(smoke_run):
+    config, workdir, results = smoke_run
+    assert json.loads((workdir / "results.json").read_text()) == results
+    assert (workdir / "report.md").read_text().startswith("# MiniLM-L6")
+    assert json.loads((workdir / "config.json").read_text())["ensemble_size"] == 2
+    for name in config.methods:
+        assert (workdir / "predictions" / f"{name}.npz").is_file()
+        assert (workdir / "plots" / f"reliability_{name}.png").stat().st_size > 1000
+        assert (workdir / "plots" / f"ood_scores_{name}.png").stat().st_size > 1000
+        cost = results["methods"][name]["cost"]
+        assert cost["params"] > 6e5 and cost["flops_per_example"] > 0 and cost["latency_ms"] > 0
+    for seed in (0, 1):
+        assert (workdir / "members" / f"seed_{seed}" / "metrics.jsonl").is_file()
+
+
+def test_results_record_the_config_they_were_evaluated_with(smoke_run):
+    config, _, results = smoke_run
+    assert common.flat(results["config"]) == common.flat(config)
+
+
+def test_results_equal_metrics_recomputed_from_predictions(smoke_run):
+    config, workdir, results = smoke_run
+    for name in config.methods:
+        with np.load(workdir / "predictions" / f"{name}.npz") as npz:
+            predictions = dict(npz)
+        members = {"single": 1, "deep_ensemble": 2, "mc_dropout": 3}[name]
+        assert predictions["id_probs"].shape == (96, members, 2)
+        recomputed = method_metrics(predictions, list(config.data.ood_sets))
+        assert recomputed["id"] == results["methods"][name]["id"]
+        assert recomputed["ood"] == results["methods"][name]["ood"]
+        # And directly from the public metric functions, as a user would.
+        acc = metrics.classification(predictions["id_probs"], predictions["labels"])["acc"]
+        assert acc == results["methods"][name]["id"]["acc"]
+        id_score = metrics.ood_score(predictions["id_probs"])
+        tweets = metrics.ood(id_score, metrics.ood_score(predictions["ood_tweets_probs"]))
+        assert tweets["auroc"] == results["methods"][name]["ood"]["tweets"]["auroc"]
+
+
+def test_compare_reports_the_paired_auroc_difference(smoke_run):
+    _, workdir, results = smoke_run
+    command = [sys.executable, str(REPO / "compare.py"), f"--workdir={workdir}",
+               "--a=deep_ensemble", "--b=single", "--resamples=20"]  # fmt: skip
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    mean = {
+        m: 100 * results["methods"][m]["ood"]["mean"]["auroc"] for m in ("deep_ensemble", "single")
+    }
+    assert f"deep_ensemble: mean OOD AUROC {mean['deep_ensemble']:.2f}" in out
+    assert f"deep_ensemble - single: {mean['deep_ensemble'] - mean['single']:+.2f} points" in out
+
+
+def test_smoke_training_learns_the_synthetic_task(smoke_run):
+    _, _, results = smoke_run
+    # Sentiment words decide the synthetic labels; 36 steps already beat chance clearly.
+    assert results["methods"]["single"]["id"]["acc"] > 0.7
+
+
+def test_config_is_locked_against_typos():
+    config = minilm_mr.get_config()
+    with pytest.raises(AttributeError, match="epochz"):
+        config.train.epochz = 3
+    with pytest.raises(ValueError, match="unknown config variant 'smok'"):
+        minilm_mr.get_config("smok")
+
+
+def test_ood_limit_caps_only_the_ood_test_sets(synthetic_data_dir, tiny_checkpoint):
+    config = smoke_config(synthetic_data_dir, tiny_checkpoint)
+    config.data.eval_limit = 0
+    full = common.load_data(config)
+    config.data.ood_limit = 7
+    capped = common.load_data(config)
+    assert len(capped.test) == len(full.test) > 7
+    for name, ood in capped.ood.items():
+        assert len(full.ood[name]) > 7 and len(ood) == 7
+    config.data.eval_limit = 5  # both set: the smaller applies to the OOD sets
+    both = common.load_data(config)
+    assert len(both.test) == 5 and {len(o) for o in both.ood.values()} == {5}
+
+
+def test_demo_config_differs_from_the_default_only_in_its_budget():
+    default = traverse_util.flatten_dict(minilm_mr.get_config().to_dict())
+    demo = traverse_util.flatten_dict(minilm_mr.get_config("demo").to_dict())
+    assert demo.keys() == default.keys()
+    changed = {path for path in default if default[path] != demo[path]}
+    assert changed == {("title",), ("train", "epochs"), ("data", "ood_limit")}
+
+
+# ------------------------------------------------------------------ a workdir belongs to one config
+
+
+def test_evaluate_on_a_missing_workdir_creates_nothing(
+    synthetic_data_dir, tiny_checkpoint, tmp_path
+):
+    config = smoke_config(synthetic_data_dir, tiny_checkpoint)
+    with pytest.raises(common.WorkdirError, match=r"no run of this experiment.*run train\.py"):
+        baselines.evaluate(config, tmp_path / "missing")
+    assert not (tmp_path / "missing").exists()
+
+
+def test_evaluate_on_an_unfinished_workdir_says_so(synthetic_data_dir, tiny_checkpoint, tmp_path):
+    config = smoke_config(synthetic_data_dir, tiny_checkpoint)
+    common.claim_workdir(config, tmp_path)  # as a train.py killed before its first checkpoint
+    with pytest.raises(FileNotFoundError, match="holds no finished training run"):
+        baselines.evaluate(config, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
+def test_a_second_config_is_refused_and_config_json_kept(smoke_run):
+    config, workdir, _ = smoke_run
+    before = (workdir / "config.json").read_text()
+    changed = ml_collections.ConfigDict(config.to_dict())
+    changed.train.learning_rate = 1e-3
+    changed.train.epochs = 4.0
+    with pytest.raises(common.WorkdirError, match=r"train\.epochs: 3\.0 -> 4\.0; "
+                       r"train\.learning_rate: 0\.003 -> 0\.001"):  # fmt: skip
+        baselines.train(changed, workdir)
+    with pytest.raises(common.WorkdirError, match=r"train\.learning_rate"):
+        baselines.evaluate(changed, workdir)
+    assert (workdir / "config.json").read_text() == before
+    assert sorted(p.name for p in (workdir / "members" / "seed_0" / "checkpoints").iterdir())
+    retitled = ml_collections.ConfigDict(config.to_dict())
+    retitled.title = "another title"  # cosmetic: accepted
+    common.check_workdir(retitled, workdir)
+
+
+def test_a_tokenizer_larger_than_the_vocabulary_is_refused(synthetic_data_dir, tmp_path):
+    path = tmp_path / "small_vocab"
+    config = BertConfig(EncoderConfig((2,), 8, 4, 8, "gelu", 1e-12, False), 1000, 40, 2)
+    hj.save_pretrained(hj.Model.init(config, jax.random.key(0)), path)
+    shutil.copy(hj.minilm_l6_path() / "tokenizer.json", path)
+    with pytest.raises(ValueError, match=r"tokenizer .* has 30522 tokens but the model's "
+                       r"embedding table has 1000 rows"):  # fmt: skip
+        baselines.train(smoke_config(synthetic_data_dir, path), tmp_path / "run")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=300)  # fmt: skip
+
+
+def test_cli_names_an_unknown_config_key_and_a_conflicting_workdir(smoke_run, tmp_path):
+    out = run_cli("train.py", "--config=configs/minilm_mr.py:smoke", f"--workdir={tmp_path}",
+                  "--config.train.epochz=3")  # fmt: skip
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "error: unknown config key train.epochz; valid keys: " in out.stderr
+    assert "train.epochs" in out.stderr and not tmp_path.joinpath("config.json").exists()
+    config, workdir, _ = smoke_run
+    overrides = [f"--config.data_dir={config.data_dir}", f"--config.checkpoint={config.checkpoint}",
+                 "--config.train.epochs=3", "--config.train.learning_rate=0.01"]  # fmt: skip
+    out = run_cli("evaluate.py", "--config=configs/minilm_mr.py:smoke", f"--workdir={workdir}",
+                  *overrides)  # fmt: skip
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "train.learning_rate: 0.003 -> 0.01" in out.stderr
+
+
+# ------------------------------------------------------------------------- pruning and Hydra
+
+
+def test_pruning_curves_smoke(smoke_run, tmp_path):
+    _, workdir, _ = smoke_run
+    config = prune_minilm_mr.get_config("smoke")
+    config.base_workdir = str(workdir)
+    config.ratios = (0.0, 0.5)
+    config.alphas = (0.0, 1.0)
+    pruning.train(config, tmp_path)  # nothing to train: checks the base run
+    results = pruning.evaluate(config, tmp_path)
+    curves = results["curves"]
+    assert set(curves) == {"random", "l2", "his", "ad", "hies"}
+    unpruned = {c: curves[c]["0.0"] for c in curves}
+    assert all(p["stability"] == 1.0 and p["heads_kept"] == L * N for p in unpruned.values())
+    assert len({p["acc"] for p in unpruned.values()}) == 1  # ratio 0 is the same model
+    assert curves["his"]["0.5"]["heads_kept"] == L * N // 2
+    assert results["hies_alpha"]["0.5"] in (0.0, 1.0)
+    assert (tmp_path / "plots" / "accuracy_vs_ratio.png").is_file()
+    assert "Stability % (ours)" in (tmp_path / "report.md").read_text()
+
+
+def test_hydra_smoke(smoke_run, tmp_path):
+    _, workdir, baseline = smoke_run
+    config = hydra_minilm_mr.get_config("smoke")
+    config.base_workdir = str(workdir)
+    config.strategies = ("stratified", "circuit", "taylor")
+    config.methods = ("single", "pruned_taylor", "hydra_stratified", "hydra_circuit")
+    config.fused_train.epochs = 0.25  # exercise fine-tuning the fused network too
+    with pytest.raises(common.WorkdirError, match="no run of this experiment"):
+        hydra.evaluate(config, tmp_path)  # evaluate.py does not train: train.py first
+    hydra.train(config, tmp_path)
+    results = hydra.evaluate(config, tmp_path)
+    assert set(results["methods"]) == set(config.methods)
+    # The single model is the baseline run's, evaluated again: the same numbers.
+    assert results["methods"]["single"]["id"] == baseline["methods"]["single"]["id"]
+    sets = np.array(json.loads((tmp_path / "head_sets.json").read_text())["stratified"])
+    assert sets.shape == (2, L, N) and np.all(sets.sum(0) == 1)  # disjoint, covering
+    with np.load(tmp_path / "predictions" / "hydra_circuit.npz") as npz:
+        assert npz["id_probs"].shape == (96, 2, 2)
+    with np.load(tmp_path / "predictions" / "pruned_taylor.npz") as npz:
+        assert npz["id_probs"].shape == (96, 1, 2)
+    cost = {m: results["methods"][m]["cost"]["flops_per_example"] for m in config.methods}
+    assert cost["pruned_taylor"] < cost["single"] < cost["hydra_circuit"] < 2 * cost["single"]
+    assert (tmp_path / "fused" / "circuit" / "model_config.json").is_file()
+    assert (tmp_path / "fused_training" / "circuit" / "metrics.jsonl").is_file()
+    assert "fine-tune fused" in " ".join(results["stages"])  # the train stage's timings

@@ -62,6 +62,12 @@ def config_from_hf(hf: dict[str, Any], has_pooler: bool) -> BertConfig:
     position = field(hf, "position_embedding_type", str, "absolute")
     require(position == "absolute", f"BERT position_embedding_type={position!r}: only 'absolute'")
     classifier_dropout = field(hf, "classifier_dropout", float, None)
+    labels = num_labels(hf, "ForSequenceClassification")
+    require(
+        has_pooler or not labels,
+        "checkpoint is missing tensor 'pooler.dense.weight': a BertForSequenceClassification "
+        "classifier reads the pooler",
+    )
     return BertConfig(
         encoder=encoder_config(hf, "BERT", pre_norm=False, dropout_default=0.1),
         vocab_size=field(hf, "vocab_size", int),
@@ -69,7 +75,7 @@ def config_from_hf(hf: dict[str, Any], has_pooler: bool) -> BertConfig:
         type_vocab_size=field(hf, "type_vocab_size", int, 2),
         pad_token_id=field(hf, "pad_token_id", int, 0),
         pooler=has_pooler,
-        num_labels=num_labels(hf, "ForSequenceClassification"),
+        num_labels=labels,
         classifier_dropout=None if classifier_dropout is None else float(classifier_dropout),
     )
 

@@ -200,8 +200,10 @@ def uncertainty_set():
 
 
 def naive_circuit(model, data, n, objective):
-    """The definition, one full forward per candidate."""
+    """The definition, one full forward per candidate (one compiled program, masks as inputs)."""
     L = model.config.encoder.num_layers
+    forward = jax.jit(lambda params, batch, mask: model.apply(params, **batch, head_mask=mask))
+    inputs = [{k: v for k, v in b.items() if k != "labels"} for b in data.batches]
     keep = np.ones((L, N), bool)
     for l in range(L):
         logits = []
@@ -209,16 +211,7 @@ def naive_circuit(model, data, n, objective):
             mask = keep.astype(np.float32)
             mask[l, h] = 0.0
             logits.append(
-                np.concatenate(
-                    [
-                        np.asarray(
-                            model(
-                                **{k: v for k, v in b.items() if k != "labels"}, head_mask=mask
-                            ).logits
-                        )
-                        for b in data.batches
-                    ]
-                )
+                np.concatenate([np.asarray(forward(model.params, b, mask).logits) for b in inputs])
             )
         scores = harm(objective, np.stack(logits), data)
         keep[l] = False

@@ -17,6 +17,7 @@ argmax prediction.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,6 +27,7 @@ import numpy as np
 from jax.scipy.special import xlogy
 
 from hydra_jax.models import Model, check_inputs, encoder_of, input_names
+from hydra_jax.models.config import ArchConfig
 
 METHODS = ("taylor", "his", "entropy", "hies", "ad", "l2", "random")
 Batch = dict[str, Any]
@@ -60,9 +62,15 @@ def attention_entropy(
     return jnp.transpose(per_example, (1, 0, 2))
 
 
-def _head_stats(model: Model, use_labels: bool):
-    """`(params, batch) -> (|grad| [B, L, N], entropy [B, L, N])`, one forward+backward."""
-    encoder = encoder_of(model.config)
+@functools.lru_cache(maxsize=32)
+def _head_stats(config: ArchConfig, use_labels: bool):
+    """`(params, batch) -> (|grad| [B, L, N], entropy [B, L, N])`, one forward+backward.
+
+    Compiled once per architecture (configs are frozen, so hashable): Hydra-Taylor scores M
+    calibration subsets and pruning curves score repeatedly, all with one program.
+    """
+    model = Model(config, None)  # the architecture; weights arrive as an argument
+    encoder = encoder_of(config)
     L, N = encoder.num_layers, encoder.num_heads[0]
     names = set(input_names(model.config))
 
@@ -100,7 +108,7 @@ def his_and_entropy(
         raise ValueError("gradient and entropy scores need a model with a classifier")
     if len(set(encoder_of(model.config).num_heads)) != 1:
         raise ValueError("score a model before compacting it (layers have unequal head counts)")
-    stats = _head_stats(model, use_labels)
+    stats = _head_stats(model.config, use_labels)
     grad_sum = entropy_sum = 0.0
     count = 0
     for batch in batches:

@@ -28,9 +28,11 @@ class Bert(nn.Module):
             self.pooler = nn.Dense(e.width)
         if c.num_labels:
             self.classifier = nn.Dense(c.num_labels)
-        self.dropout = nn.Dropout(e.dropout)
+        # Flax derives a dropout module's RNG stream from its name; these are the names the
+        # compact module gave them, so training draws the same masks as it always did.
+        self.Dropout_0 = nn.Dropout(e.dropout)  # embeddings
         rate = e.dropout if c.classifier_dropout is None else c.classifier_dropout
-        self.classifier_dropout = nn.Dropout(rate)
+        self.Dropout_1 = nn.Dropout(rate)  # classifier input
 
     def embed(
         self,
@@ -50,7 +52,7 @@ class Bert(nn.Module):
             + self.position_embeddings(jnp.arange(T))[None]
             + self.token_type_embeddings(token_type_ids)
         )  # [B, T, D]
-        x = self.dropout(self.embeddings_norm(x), deterministic=deterministic)
+        x = self.Dropout_0(self.embeddings_norm(x), deterministic=deterministic)
         return Stem(x, padding_bias(attention_mask, x.dtype), attention_mask)
 
     def encode(
@@ -69,7 +71,7 @@ class Bert(nn.Module):
         if c.pooler:
             pooled = jnp.tanh(self.pooler(x[:, 0]))  # [B, D]
         if c.num_labels:
-            logits = self.classifier(self.classifier_dropout(pooled, deterministic=deterministic))
+            logits = self.classifier(self.Dropout_1(pooled, deterministic=deterministic))
         return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits)  # [B, C]
 
     def __call__(

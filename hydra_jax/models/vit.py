@@ -47,12 +47,12 @@ class ViT(nn.Module):
             self.pooler = nn.Dense(e.width)
         if c.num_labels:
             self.classifier = nn.Dense(c.num_labels)
-        self.dropout = nn.Dropout(e.dropout)
+        self.Dropout_0 = nn.Dropout(e.dropout)  # the compact module's name: same RNG stream
 
     def embed(self, pixel_values: jax.Array, deterministic: bool = True) -> Stem:
         """`pixel_values`: `[B, C, H, W]` floats, as HF image processors produce them."""
         x = prepend(self.cls_token, patchify(self.patch, pixel_values))  # [B, T+1, D]
-        return Stem(self.dropout(x + self.position_embeddings[None], deterministic=deterministic))
+        return Stem(self.Dropout_0(x + self.position_embeddings[None], deterministic=deterministic))
 
     def encode(
         self,

@@ -118,16 +118,16 @@ def test_entropy_equals_numpy_from_returned_attentions(bert):
 
 @pytest.fixture(scope="module")
 def image_classifiers():
-    """A ViT classifier and a CLIP vision tower with a zero-shot head (6 and 2 heads, 2 layers:
-    distinct from the BERT's), on 3 images."""
+    """A ViT classifier and a CLIP vision tower with a zero-shot head (2 layers of 6 and of 3
+    heads: distinct from each other's other axes and from the BERT's), on 3 images."""
     vit = ViTConfig(EncoderConfig((6, 6), 12, 2, 9, "gelu", 1e-6, True), 8, 4, 1, num_labels=3)
     tower = CLIPVisionTowerConfig(
-        CLIPVisionConfig(EncoderConfig((2, 2), 6, 3, 7, "quick_gelu", 1e-5, True), 6, 2, 2), 4
+        CLIPVisionConfig(EncoderConfig((3, 3), 12, 4, 7, "quick_gelu", 1e-5, True), 6, 2, 2), 5
     )
     rng = np.random.default_rng(4)
     models = {
         "vit": hj.Model.init(vit, jax.random.key(5)),
-        "tower": with_classifier(hj.Model.init(tower, jax.random.key(6)), 3, jax.random.key(7)),
+        "tower": with_classifier(hj.Model.init(tower, jax.random.key(6)), 4, jax.random.key(7)),
     }
     pixels = {"vit": rng.normal(size=(3, 1, 8, 8)), "tower": rng.normal(size=(3, 2, 6, 6))}
     return {

@@ -46,11 +46,12 @@ def base():
 
 @pytest.fixture(scope="module")
 def vision_models():
-    """A ViT classifier (pre-LN, pooler) and a CLIP vision tower with a zero-shot head."""
+    """A ViT classifier (pre-LN, pooler) and a CLIP vision tower with a zero-shot head, each of
+    2 layers (L != M != N here too)."""
     vit = ViTConfig(EncoderConfig((N,) * 2, N * 3, 3, 13, "gelu", 1e-6, pre_norm=True), 8, 4,
                     num_channels=2, num_labels=5)  # fmt: skip
     tower = CLIPVisionTowerConfig(
-        CLIPVisionConfig(EncoderConfig((N,) * 3, N * 2, 2, 11, "quick_gelu", 1e-5, True), 6, 3,
+        CLIPVisionConfig(EncoderConfig((N,) * 2, N * 2, 2, 11, "quick_gelu", 1e-5, True), 6, 3,
                          num_channels=3),
         projection_dim=7,
     )  # fmt: skip
@@ -157,7 +158,7 @@ def test_fused_model_saves_and_restores(base, head_sets, vision_models, tmp_path
     assert restored.config == fused.config
     np.testing.assert_array_equal(restored(**batch).logits, fused(**batch).logits)
     tower, pixels = vision_models["tower"]
-    small = hj.heads.compact(tower, np.tile(np.arange(N) < 3, (3, 1)))  # a compacted tower
+    small = hj.heads.compact(tower, np.tile(np.arange(N) < 3, (2, 1)))  # a compacted tower
     hj.save_model(small, tmp_path / "tower")
     again = hj.load_model(tmp_path / "tower")
     assert again.config == small.config

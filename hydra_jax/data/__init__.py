@@ -16,6 +16,7 @@ from hydra_jax.data.dataset import (
     subset,
     uncertainty_batches,
 )
+from hydra_jax.data.images import ImageSet
 from hydra_jax.data.sources import default_data_dir
 from hydra_jax.data.text import TextEncoder, TokenizedSet, pad_batch, random_tokens
 
@@ -32,6 +33,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "NO_LABEL",
     "Dataset",
+    "ImageSet",
     "Sentences",
     "TextEncoder",
     "TokenizedSet",

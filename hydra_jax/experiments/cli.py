@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -64,8 +65,10 @@ def run(stage_index: int) -> Callable[[list[str]], None]:
         try:
             stages(config)[stage_index](config, Path(_WORKDIR.value))
         except (WorkdirError, FileNotFoundError, ValueError, FloatingPointError) as error:
-            # A named, expected problem: one line, no traceback.
-            print(f"error: {error}", file=sys.stderr)
+            # A named, expected problem: one line, no traceback (HYDRA_JAX_DEBUG=1 shows it).
+            if os.environ.get("HYDRA_JAX_DEBUG"):
+                raise
+            print(f"error: {error} (HYDRA_JAX_DEBUG=1 shows the traceback)", file=sys.stderr)
             sys.exit(2)
 
     return main

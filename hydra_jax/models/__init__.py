@@ -24,14 +24,8 @@ from hydra_jax.models.config import (
     MemberConfig,
     ViTConfig,
 )
-from hydra_jax.models.model import (
-    Model,
-    check_inputs,
-    encoder_of,
-    input_names,
-    vision_tower,
-    with_classifier,
-)
+from hydra_jax.models.inputs import check_inputs, encoder_of, input_names
+from hydra_jax.models.model import Model, vision_tower, with_classifier
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
 
 __all__ = [

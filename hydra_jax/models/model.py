@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from hydra_jax.models import fused
 from hydra_jax.models.bert import Bert
@@ -22,6 +21,14 @@ from hydra_jax.models.config import (
     EncoderConfig,
     HydraConfig,
     ViTConfig,
+)
+from hydra_jax.models.inputs import (
+    PASSIVE_INPUTS,
+    check_head_mask,
+    check_inputs,
+    encoder_of,
+    head_mask_encoders,
+    input_names,
 )
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
 from hydra_jax.models.vit import ViT
@@ -39,156 +46,6 @@ def _module(config: ArchConfig) -> nn.Module:
     if isinstance(config, CLIPVisionTowerConfig):
         return CLIPVision(config.vision, config.projection_dim, config.num_labels)
     raise TypeError(f"no module for {type(config).__name__}")
-
-
-# Batch keys each architecture reads; `labels` may ride along in a batch and is ignored here.
-_INPUTS: dict[type, tuple[str, ...]] = {
-    BertConfig: ("input_ids", "attention_mask", "token_type_ids"),
-    ViTConfig: ("pixel_values",),
-    CLIPConfig: ("input_ids", "attention_mask", "pixel_values"),
-    CLIPVisionTowerConfig: ("pixel_values",),
-}
-_PASSIVE_INPUTS = ("labels",)
-
-
-def input_names(config: ArchConfig) -> tuple[str, ...]:
-    """The batch keys a model of `config` reads."""
-    if isinstance(config, HydraConfig):
-        return input_names(config.member)
-    return _INPUTS[type(config)]
-
-
-def encoder_of(config: ArchConfig) -> EncoderConfig:
-    """The layer stack of a single-encoder model (BERT, ViT, a CLIP vision tower)."""
-    if isinstance(config, BertConfig | ViTConfig | CLIPVisionTowerConfig):
-        return config.encoder
-    raise TypeError(f"a {type(config).__name__} has no single encoder")
-
-
-def head_mask_encoders(config: ArchConfig) -> dict[str, EncoderConfig]:
-    """Name of each head-mask argument -> the encoder it masks."""
-    if isinstance(config, CLIPConfig):
-        return {"text_head_mask": config.text.encoder, "vision_head_mask": config.vision.encoder}
-    if isinstance(config, HydraConfig):
-        return {}  # members are already pruned; the fused model takes no head mask
-    return {"head_mask": config.encoder}
-
-
-def check_head_mask(mask: Any, encoder: EncoderConfig, name: str = "head_mask") -> None:
-    """Raises ValueError unless `mask` is `[L, N]` (or L arrays `[N_l]` for unequal layers)."""
-    counts = encoder.num_heads
-    if len(set(counts)) == 1:
-        expected = f"shape {(len(counts), counts[0])}"
-    else:
-        expected = f"a sequence of {len(counts)} arrays of shapes {[(n,) for n in counts]}"
-    if isinstance(mask, Sequence) and not hasattr(mask, "shape"):
-        shapes = [tuple(np.shape(m)) for m in mask]
-    else:
-        shape = tuple(np.shape(mask))
-        shapes = [shape[1:]] * shape[0] if len(shape) == 2 else None
-    if shapes != [(n,) for n in counts]:
-        got = np.shape(mask) if hasattr(mask, "shape") else shapes
-        raise ValueError(
-            f"{name} has shape {got}, but this model has {len(counts)} layers with "
-            f"{list(counts)} heads: expected {expected}"
-        )
-
-
-def _concrete(x: Any) -> np.ndarray | None:
-    """`x` as numpy when its values are known (None under `jit`/`grad` tracing)."""
-    return None if x is None or isinstance(x, jax.core.Tracer) else np.asarray(x)
-
-
-def _check_ids(name: str, ids: Any, high: int, what: str) -> None:
-    values = _concrete(ids)
-    if values is None or values.size == 0:
-        return
-    if not np.issubdtype(values.dtype, np.integer):
-        raise ValueError(f"{name} must be integers, got dtype {values.dtype}")
-    bad = np.nonzero((values < 0) | (values >= high))
-    if bad[0].size:
-        where = tuple(int(i[0]) for i in bad)
-        raise ValueError(
-            f"{name} must lie in [0, {high}) ({what}); {bad[0].size} do not, e.g. "
-            f"{int(values[where])} at {where}"
-        )
-
-
-def _check_text(inputs: Mapping[str, Any], vocab: int, positions: int, types: int | None) -> None:
-    ids = inputs.get("input_ids")
-    if ids is None:
-        return
-    shape = tuple(np.shape(ids))
-    if len(shape) != 2:
-        raise ValueError(f"input_ids must be [B, T], got shape {shape}")
-    if shape[1] > positions:
-        raise ValueError(
-            f"input_ids has {shape[1]} tokens, more than the model's {positions} positions"
-        )
-    for name in ("attention_mask", "token_type_ids"):
-        if inputs.get(name) is not None and tuple(np.shape(inputs[name])) != shape:
-            raise ValueError(
-                f"{name} has shape {tuple(np.shape(inputs[name]))}, input_ids has {shape}"
-            )
-    _check_ids("input_ids", ids, vocab, "the vocabulary")
-    if types is not None and inputs.get("token_type_ids") is not None:
-        _check_ids("token_type_ids", inputs["token_type_ids"], types, "the token types")
-
-
-def _check_pixels(pixels: Any, image_size: int, channels: int) -> None:
-    if pixels is None:
-        return
-    shape = tuple(np.shape(pixels))
-    expected = (channels, image_size, image_size)
-    if len(shape) == 4 and shape[1:] == expected:
-        return
-    if len(shape) == 4 and shape[1:] == (image_size, image_size, channels):
-        raise ValueError(
-            f"pixel_values has shape {shape}: channels last (NHWC); this model takes [B, C, H, W]"
-            f" = [B, {channels}, {image_size}, {image_size}] (transpose with (0, 3, 1, 2))"
-        )
-    raise ValueError(
-        f"pixel_values has shape {shape}; this model takes [B, C, H, W] = "
-        f"[B, {channels}, {image_size}, {image_size}]"
-    )
-
-
-def check_inputs(config: ArchConfig, inputs: Mapping[str, Any]) -> None:
-    """Shapes, and values where they are known (outside `jit`), of a batch for `config`.
-
-    Raises:
-      ValueError: an empty batch; an example with no real token; ids or token types outside
-        the model's tables; more tokens than positions; mismatched mask shapes; pixel values
-        in another layout or size; a head mask with NaN/inf.
-    """
-    for name in ("input_ids", "pixel_values"):
-        if inputs.get(name) is not None and np.shape(inputs[name])[:1] == (0,):
-            raise ValueError(f"empty batch: {name} has shape {np.shape(inputs[name])}")
-    bert = config.member if isinstance(config, HydraConfig) else config
-    if isinstance(bert, CLIPVisionTowerConfig):
-        _check_pixels(inputs.get("pixel_values"), bert.vision.image_size, bert.vision.num_channels)
-    elif isinstance(bert, BertConfig):
-        _check_text(inputs, bert.vocab_size, bert.max_positions, bert.type_vocab_size)
-    elif isinstance(bert, ViTConfig):
-        _check_pixels(inputs.get("pixel_values"), bert.image_size, bert.num_channels)
-    elif isinstance(bert, CLIPConfig):
-        _check_text(inputs, bert.text.vocab_size, bert.text.max_positions, None)
-        vision = bert.vision
-        _check_pixels(inputs.get("pixel_values"), vision.image_size, vision.num_channels)
-    for name in ("head_mask", "text_head_mask", "vision_head_mask"):
-        mask = inputs.get(name)
-        rows = mask if isinstance(mask, Sequence) else [mask]
-        if any((v := _concrete(r)) is not None and not np.all(np.isfinite(v)) for r in rows):
-            raise ValueError(f"{name} contains NaN/inf")
-    mask = _concrete(inputs.get("attention_mask"))
-    if mask is None or mask.ndim != 2:
-        return
-    empty = np.nonzero(mask.sum(-1) == 0)[0]
-    if empty.size:
-        raise ValueError(
-            f"examples {empty.tolist()} of the batch are all padding (attention_mask all 0): "
-            "nothing to attend to"
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,7 +100,7 @@ class Model:
             refuses (empty, all padding, ids out of range, wrong shapes or image layout).
         """
         masks = head_mask_encoders(self.config)
-        allowed = (*input_names(self.config), *masks, *_PASSIVE_INPUTS)
+        allowed = (*input_names(self.config), *masks, *PASSIVE_INPUTS)
         unknown = sorted(set(inputs) - set(allowed))
         if unknown:
             raise TypeError(
@@ -254,7 +111,7 @@ class Model:
             if inputs.get(name) is not None:
                 check_head_mask(inputs[name], encoder, name)
         check_inputs(self.config, inputs)
-        kwargs = {k: v for k, v in inputs.items() if k not in _PASSIVE_INPUTS and v is not None}
+        kwargs = {k: v for k, v in inputs.items() if k not in PASSIVE_INPUTS and v is not None}
         if isinstance(self.config, HydraConfig):
             if output_attentions:
                 raise NotImplementedError("the fused Hydra model does not return attention maps")

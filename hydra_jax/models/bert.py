@@ -8,11 +8,11 @@ import jax.numpy as jnp
 
 from hydra_jax.models.attention import padding_bias
 from hydra_jax.models.config import BertConfig
-from hydra_jax.models.encoder import Encoder, HeadMask, LayerNorm, stack_attentions
+from hydra_jax.models.encoder import Encoder, HeadMask, LayerNorm, StagedEncoder, stack_attentions
 from hydra_jax.models.outputs import ModelOutput, Stem
 
 
-class Bert(nn.Module):
+class Bert(StagedEncoder):
     """`embed` (tables + LayerNorm) -> `encode` (a layer range) -> `head` (pooler, classifier)."""
 
     config: BertConfig
@@ -54,15 +54,6 @@ class Bert(nn.Module):
         )  # [B, T, D]
         x = self.Dropout_0(self.embeddings_norm(x), deterministic=deterministic)
         return Stem(x, padding_bias(attention_mask, x.dtype), attention_mask)
-
-    def encode(
-        self,
-        stem: Stem,
-        head_mask: HeadMask | None = None,
-        deterministic: bool = True,
-        layers: tuple[int, int] | None = None,
-    ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-        return self.encoder(stem.hidden, stem.bias, head_mask, deterministic, layers)
 
     def head(self, x: jax.Array, deterministic: bool = True) -> ModelOutput:
         """Pooler (tanh of a dense layer on the [CLS] token) and classifier on `x` `[B, T, D]`."""

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from hydra_jax.models.attention import padding_bias
 from hydra_jax.models.config import CLIPConfig, CLIPTextConfig, CLIPVisionConfig
-from hydra_jax.models.encoder import Encoder, HeadMask, LayerNorm, stack_attentions
+from hydra_jax.models.encoder import Encoder, HeadMask, LayerNorm, StagedEncoder, stack_attentions
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
 from hydra_jax.models.vit import patch_conv, patchify, prepend
 
@@ -24,7 +24,7 @@ def normalise(x: jax.Array) -> jax.Array:
     return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 
 
-class CLIPText(nn.Module):
+class CLIPText(StagedEncoder):
     config: CLIPTextConfig
     projection_dim: int
 
@@ -42,15 +42,6 @@ class CLIPText(nn.Module):
             attention_mask = jnp.ones((B, T), jnp.int32)
         x = self.token_embedding(input_ids) + self.position_embedding(jnp.arange(T))[None]
         return Stem(x, padding_bias(attention_mask, x.dtype, causal=True), attention_mask)
-
-    def encode(
-        self,
-        stem: Stem,
-        head_mask: HeadMask | None = None,
-        deterministic: bool = True,
-        layers: tuple[int, int] | None = None,
-    ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-        return self.encoder(stem.hidden, stem.bias, head_mask, deterministic, layers)
 
     def head(self, x: jax.Array, input_ids: jax.Array) -> ModelOutput:
         x = self.final_norm(x)
@@ -78,7 +69,7 @@ class CLIPText(nn.Module):
         return out.replace(attentions=stack_attentions(attentions) if output_attentions else None)
 
 
-class CLIPVision(nn.Module):
+class CLIPVision(StagedEncoder):
     """The vision tower; with `num_labels`, a zero-shot classifier over fixed class embeddings."""
 
     config: CLIPVisionConfig
@@ -108,15 +99,6 @@ class CLIPVision(nn.Module):
         x = prepend(self.class_embedding, patchify(self.patch, pixel_values))  # [B, T+1, D]
         positions = self.position_embedding(jnp.arange(x.shape[1]))
         return Stem(self.pre_norm(x + positions[None]))
-
-    def encode(
-        self,
-        stem: Stem,
-        head_mask: HeadMask | None = None,
-        deterministic: bool = True,
-        layers: tuple[int, int] | None = None,
-    ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-        return self.encoder(stem.hidden, stem.bias, head_mask, deterministic, layers)
 
     def head(self, x: jax.Array) -> ModelOutput:
         pooled = self.post_norm(x[:, 0])  # [B, D]

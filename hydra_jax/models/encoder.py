@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from hydra_jax.models.attention import Attention
 from hydra_jax.models.config import EncoderConfig
+from hydra_jax.models.outputs import Stem
 
 
 def _quick_gelu(x: jax.Array) -> jax.Array:
@@ -130,6 +131,21 @@ class Encoder(nn.Module):
             x, probs = EncoderLayer(self.config, n, name=f"layer_{l}")(x, bias, mask, deterministic)
             attentions.append(probs)
         return x, tuple(attentions)
+
+
+class StagedEncoder(nn.Module):
+    """Base of every family module: its `setup` defines `self.encoder`, and the `encode` stage
+    (a layer range from a `Stem`) is the same for all of them."""
+
+    def encode(
+        self,
+        stem: Stem,
+        head_mask: HeadMask | None = None,
+        deterministic: bool = True,
+        layers: tuple[int, int] | None = None,
+    ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+        """`([B, T, D] after layer stop - 1, attention probabilities of each layer run)`."""
+        return self.encoder(stem.hidden, stem.bias, head_mask, deterministic, layers)
 
 
 def stack_attentions(attentions: tuple[jax.Array, ...]) -> jax.Array | tuple[jax.Array, ...]:

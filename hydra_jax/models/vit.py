@@ -7,7 +7,14 @@ import jax
 import jax.numpy as jnp
 
 from hydra_jax.models.config import ViTConfig
-from hydra_jax.models.encoder import ACTIVATIONS, Encoder, HeadMask, LayerNorm, stack_attentions
+from hydra_jax.models.encoder import (
+    ACTIVATIONS,
+    Encoder,
+    HeadMask,
+    LayerNorm,
+    StagedEncoder,
+    stack_attentions,
+)
 from hydra_jax.models.outputs import ModelOutput, Stem
 
 
@@ -28,7 +35,7 @@ def prepend(token: jax.Array, x: jax.Array) -> jax.Array:
     return jnp.concatenate([jnp.broadcast_to(token, (B, 1, D)).astype(x.dtype), x], axis=1)
 
 
-class ViT(nn.Module):
+class ViT(StagedEncoder):
     """`embed` (patches, CLS, positions) -> `encode` -> `head` (final LN, pooler, classifier)."""
 
     config: ViTConfig
@@ -53,15 +60,6 @@ class ViT(nn.Module):
         """`pixel_values`: `[B, C, H, W]` floats, as HF image processors produce them."""
         x = prepend(self.cls_token, patchify(self.patch, pixel_values))  # [B, T+1, D]
         return Stem(self.Dropout_0(x + self.position_embeddings[None], deterministic=deterministic))
-
-    def encode(
-        self,
-        stem: Stem,
-        head_mask: HeadMask | None = None,
-        deterministic: bool = True,
-        layers: tuple[int, int] | None = None,
-    ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-        return self.encoder(stem.hidden, stem.bias, head_mask, deterministic, layers)
 
     def head(self, x: jax.Array, deterministic: bool = True) -> ModelOutput:
         del deterministic  # no dropout after the encoder

@@ -14,7 +14,8 @@ the baselines:
 
 `demo` variant (the paper's rows: single, deep_ensemble, mc_dropout, hydra_taylor,
 hydra_circuit, on the baselines of `configs/minilm_mr.py:demo`), what `make demo` runs; about
-17 minutes after the baselines, 23 minutes for the whole of `make demo`:
+17 minutes after the baselines and 23 minutes for the whole of `make demo` on one 2-core
+AVX-512 machine, 39 minutes on a slower one (README, "Wall time"):
 
     python train.py --config configs/minilm_mr.py:demo --workdir runs/demo_baselines
     python train.py --config configs/hydra_minilm_mr.py:demo --workdir runs/demo

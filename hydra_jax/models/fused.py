@@ -4,9 +4,9 @@ Weights come in two parts. `shared`: the embedding tables (token, position, patc
 layer's MLP, each the element-wise mean of the members'. `members`: everything else (attention,
 every LayerNorm, pooler, classifier, projection) stacked on a leading M axis.
 
-Forward: the member family's own `embed` stage, `vmap`ped over the member weights, looks up the
-shared tables once (they do not depend on the member) and applies each member's own norm,
-giving M residual streams `[M, B, T, D]`; in every layer each member's attention runs on its own
+Forward: the member family's own `embed` stage, `vmap`ped over the member weights and the inputs
+replicated M times, looks up the shared tables and applies each member's own norm, giving M
+residual streams `[M, B, T, D]`; in every layer each member's attention runs on its own
 stream (a grouped, block-diagonal projection: `vmap` over the member axis), the shared MLP runs
 on each stream in turn, and the LayerNorms are per member, pre-LN (ViT, CLIP) or post-LN (BERT)
 as the family's encoder is; the family's own `head` stage, `vmap`ped, gives `[B, M, C]` logits.
@@ -193,8 +193,13 @@ def apply(
         variables = {"params": _merge(shared, own)}
         return family.apply(variables, *args, method=method, rngs=rngs, **kwargs, **options)
 
-    embed = lambda own, key: stage("embed", own, key, **inputs)  # noqa: E731
-    stems = _vmap(embed, members, _keys(rng, M, _EMBED_SALT))
+    embed = lambda own, key, inp: stage("embed", own, key, **inp)  # noqa: E731
+    # Inputs replicated per member: each member's embedding norm then reduces a [M, B, T, D]
+    # stream as the earlier fused module did, and XLA rounds it identically (with unbatched
+    # inputs it computed the statistics once on [B, T, D], 2e-6 apart at some padded lengths).
+    # The table lookups run M times (gathers; a small patch conv for images): no measurable cost.
+    replicated = jax.tree.map(lambda v: jnp.broadcast_to(v, (M, *v.shape)), inputs)
+    stems = _vmap(embed, members, _keys(rng, M, _EMBED_SALT), replicated)
     bias = None if stems.bias is None else stems.bias[0]  # the same for every member
     x = encode(config.member.encoder, members, shared, stems.hidden, bias, rng)  # [M, B, T, D]
     head = lambda own, h, key: stage("head", own, key, h)  # noqa: E731

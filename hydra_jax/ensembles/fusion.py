@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import jax.numpy as jnp
 import numpy as np
-from flax import traverse_util
 
 from hydra_jax.heads import compact
 from hydra_jax.models import BertConfig, CLIPVisionTowerConfig, HydraConfig, Model, ViTConfig
-from hydra_jax.models.fused import fuse_params, is_shared, member_params
+from hydra_jax.models.fused import fuse_params, member_params
 
 _FAMILIES = (BertConfig, ViTConfig, CLIPVisionTowerConfig)
 
@@ -67,17 +65,7 @@ def unfuse(model: Model) -> list[Model]:
 
 def with_shared_weights(members: Sequence[Model]) -> list[Model]:
     """Each member with the members' mean MLPs and embedding tables: what fusion computes."""
-    flat = [traverse_util.flatten_dict(m.params) for m in members]
-    config = members[0].config
-    shared = {
-        p: jnp.stack([jnp.asarray(f[p]) for f in flat]).mean(0)
-        for p in flat[0]
-        if is_shared(config, p)
-    }
-    return [
-        Model(m.config, traverse_util.unflatten_dict({**f, **shared}))
-        for m, f in zip(members, flat, strict=True)
-    ]
+    return unfuse(fuse(members))
 
 
 def members_from(model: Model, head_sets: np.ndarray) -> list[Model]:

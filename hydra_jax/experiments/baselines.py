@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,10 @@ def fit_members(
     text: common.TextData | None = None,
     resume_only: bool = False,
     seeds: list[int] | None = None,
+    base: Model | None = None,
 ) -> tuple[list[Model], dict[str, float]]:
     """Fine-tunes (or, with `resume_only`, restores finished) classifiers, one per seed."""
-    base = common.base_model(config)
+    base = base or common.base_model(config)
     text = text or common.load_data(config, base)
     models, step_fn, timings = [], None, {}
     for seed in member_seeds(config) if seeds is None else seeds:
@@ -72,11 +74,15 @@ def trained(
     config = common.recorded_config(workdir)
     base = common.base_model(config)
     text = common.load_data(config, base)
-    models, _ = fit_members(config, workdir, text, resume_only=True, seeds=seeds)
+    models, _ = fit_members(config, workdir, text, resume_only=True, seeds=seeds, base=base)
     return models, text, config
 
 
-def methods(config: ml_collections.ConfigDict, models: list[Model]) -> list[Method]:
+def methods(
+    config: ml_collections.ConfigDict, models: list[Model], names: Sequence[str] | None = None
+) -> list[Method]:
+    """The baseline methods `names` (default: `config.methods`) of finished `models`."""
+    names = config.methods if names is None else names
     single = models[0]
     available = {
         "single": lambda: Method("single", baselines.single(single), single.params),
@@ -87,10 +93,10 @@ def methods(config: ml_collections.ConfigDict, models: list[Model]) -> list[Meth
             "mc_dropout", baselines.mc_dropout(single, config.mc_dropout_samples), single.params
         ),
     }
-    unknown = sorted(set(config.methods) - set(available))
+    unknown = sorted(set(names) - set(available))
     if unknown:
         raise ValueError(f"unknown methods {unknown}; available: {sorted(available)}")
-    return [available[name]() for name in config.methods]
+    return [available[name]() for name in names]
 
 
 def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:

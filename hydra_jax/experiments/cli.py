@@ -11,11 +11,10 @@ from typing import Any
 
 import ml_collections
 from absl import app, flags, logging
-from flax import traverse_util
 from ml_collections import config_flags
 
 from hydra_jax.experiments import stages
-from hydra_jax.experiments.common import WorkdirError
+from hydra_jax.experiments.common import WorkdirError, flat
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "experiment config file (configs/NAME.py[:VARIANT])", lock_config=True
@@ -49,7 +48,7 @@ def check_overrides(argv: Sequence[str]) -> None:
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     config = module.get_config(variant) if variant else module.get_config()
-    valid = sorted(traverse_util.flatten_dict(config.to_dict(), sep="."))
+    valid = sorted(flat(config))
     for key in overrides:
         if key not in valid:
             raise app.UsageError(f"unknown config key {key}; valid keys: {', '.join(valid)}")

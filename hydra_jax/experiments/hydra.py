@@ -34,8 +34,9 @@ def uncertainty_sets(
     config: ml_collections.ConfigDict, base: ml_collections.ConfigDict
 ) -> list[UncertaintyBatches]:
     """Per member m: half ID validation, half OOD validation (all OOD sets pooled), seed m."""
-    id_val = common.tokenized_split(base, base.data.id_set, "validation")
-    ood_val = concat_all([common.tokenized_split(base, n, "validation")
+    encoder = common.text_encoder(base)
+    id_val = common.tokenized_split(base, base.data.id_set, "validation", encoder=encoder)
+    ood_val = concat_all([common.tokenized_split(base, n, "validation", encoder=encoder)
                           for n in base.data.ood_sets])  # fmt: skip
     half = config.circuit.examples // 2
     size = config.eval.batch_size
@@ -134,9 +135,8 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
     models, text, base = baselines.trained(Path(config.base_workdir), seeds=seeds)
     stages = {"load baselines": time.perf_counter() - start}
     stages.update(common.read_json(workdir / "train_timings.json", {}))
-    for method in baselines.methods(base, models):
-        if method.name in base_methods:
-            available[method.name] = lambda m=method: m
+    for method in baselines.methods(base, models, base_methods):
+        available[method.name] = lambda m=method: m
     missing = sorted(set(config.methods) - set(available))
     if missing:
         raise ValueError(f"methods {missing} need strategies that config.strategies lacks")

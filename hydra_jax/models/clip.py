@@ -95,12 +95,14 @@ class CLIPVision(StagedEncoder):
             scale = nn.initializers.constant(LOGIT_SCALE_INIT)
             self.logit_scale = self.param("logit_scale", scale, ())
 
-    def embed(self, pixel_values: jax.Array) -> Stem:
+    def embed(self, pixel_values: jax.Array, deterministic: bool = True) -> Stem:
+        del deterministic  # no dropout in the CLIP vision embedding
         x = prepend(self.class_embedding, patchify(self.patch, pixel_values))  # [B, T+1, D]
         positions = self.position_embedding(jnp.arange(x.shape[1]))
         return Stem(self.pre_norm(x + positions[None]))
 
-    def head(self, x: jax.Array) -> ModelOutput:
+    def head(self, x: jax.Array, deterministic: bool = True) -> ModelOutput:
+        del deterministic  # no dropout after the encoder
         pooled = self.post_norm(x[:, 0])  # [B, D]
         embeds = self.projection(pooled)  # [B, E]
         logits = None

@@ -182,16 +182,13 @@ def apply(
       `[B, M, D]`, `last_hidden_state` `[B, M, T, D]` (and `embeds` `[B, M, E]` for towers).
     """
     M, shared, members = config.num_members, params["shared"], params["members"]
-    deterministic = rng is None
-    options = (
-        {} if isinstance(config.member, CLIPVisionTowerConfig) else {"deterministic": deterministic}
-    )
 
     def stage(name: str, own: Params, key: jax.Array | None, *args: Any, **kwargs: Any) -> Any:
         rngs = None if key is None else {"dropout": key}
         method = getattr(type(family), name)
         variables = {"params": _merge(shared, own)}
-        return family.apply(variables, *args, method=method, rngs=rngs, **kwargs, **options)
+        return family.apply(variables, *args, method=method, rngs=rngs,
+                            deterministic=rng is None, **kwargs)  # fmt: skip
 
     embed = lambda own, key, inp: stage("embed", own, key, **inp)  # noqa: E731
     # Inputs replicated per member: each member's embedding norm then reduces a [M, B, T, D]

@@ -180,10 +180,9 @@ class Model:
     def _stage(self, name: str, params: Params, dropout_rng: jax.Array | None, *args, **kwargs):
         rngs = None if dropout_rng is None else {"dropout": dropout_rng}
         module = self.module
-        if not isinstance(self.config, CLIPVisionTowerConfig):  # the tower has no dropout
-            kwargs["deterministic"] = dropout_rng is None
         method = getattr(type(module), name)
-        return module.apply({"params": params}, *args, method=method, rngs=rngs, **kwargs)
+        return module.apply({"params": params}, *args, method=method, rngs=rngs,
+                            deterministic=dropout_rng is None, **kwargs)  # fmt: skip
 
 
 def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:

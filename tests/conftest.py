@@ -40,3 +40,13 @@ def synthetic_data_dir(tmp_path_factory: pytest.TempPathFactory):
     data_dir = tmp_path_factory.mktemp("data")
     write_source(data_dir / "downloads")
     return data_dir
+
+
+@pytest.fixture(scope="session")
+def synthetic_image_dir(tmp_path_factory: pytest.TempPathFactory):
+    """A data dir with synthetic image sources (see tests/synthetic_images.py)."""
+    from synthetic_images import write_image_sources
+
+    data_dir = tmp_path_factory.mktemp("image_data")
+    write_image_sources(data_dir / "downloads")
+    return data_dir

@@ -71,7 +71,7 @@ def test_every_artefact_exists(smoke_run):
         cost = results["methods"][name]["cost"]
         assert cost["params"] > 6e5 and cost["flops_per_example"] > 0 and cost["latency_ms"] > 0
     for seed in (0, 1):
-        assert (workdir / "members" / f"seed_{seed}" / "metrics.jsonl").is_file()
+        assert (workdir / "members" / f"member_{seed}" / "metrics.jsonl").is_file()
 
 
 def test_results_record_the_config_they_were_evaluated_with(smoke_run):
@@ -160,7 +160,7 @@ def test_evaluate_on_a_missing_workdir_creates_nothing(
 def test_evaluate_on_an_unfinished_workdir_says_so(synthetic_data_dir, tiny_checkpoint, tmp_path):
     config = smoke_config(synthetic_data_dir, tiny_checkpoint)
     common.claim_workdir(config, tmp_path)  # as a train.py killed before its first checkpoint
-    with pytest.raises(FileNotFoundError, match="holds no finished training run"):
+    with pytest.raises(common.WorkdirError, match="holds no published classifier of member 0"):
         baselines.evaluate(config, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
 
@@ -177,7 +177,7 @@ def test_a_second_config_is_refused_and_config_json_kept(smoke_run):
     with pytest.raises(common.WorkdirError, match=r"train\.learning_rate"):
         baselines.evaluate(changed, workdir)
     assert (workdir / "config.json").read_text() == before
-    assert sorted(p.name for p in (workdir / "members" / "seed_0" / "checkpoints").iterdir())
+    assert sorted(p.name for p in (workdir / "members" / "member_0" / "checkpoints").iterdir())
     retitled = ml_collections.ConfigDict(config.to_dict())
     retitled.title = "another title"  # cosmetic: accepted
     common.check_workdir(retitled, workdir)

@@ -51,3 +51,19 @@ class ImageSet:
         if batch_size is not None:
             index = np.r_[index, np.repeat(index[:1], batch_size - len(index))]
         return {"pixel_values": self.pixels[index].astype(np.float32), "labels": self.labels[index]}
+
+
+# What `ViTImageProcessor` does with our exported `preprocessor_config.json`: rescale to [0, 1],
+# then normalise with mean 0.5 and std 0.5 (so pixels lie in [-1, 1]).
+PIXEL_MEAN, PIXEL_STD = 0.5, 0.5
+
+
+def to_pixels(images: np.ndarray) -> np.ndarray:
+    """Grey `uint8` images `[N, H, W]` -> model inputs `[N, 1, H, W]` float32 in [-1, 1]."""
+    if images.ndim != 3 or images.dtype != np.uint8:
+        raise ValueError(f"expected uint8 grey images [N, H, W], got {images.dtype} {images.shape}")
+    return ((images.astype(np.float32) / 255 - PIXEL_MEAN) / PIXEL_STD)[:, None]
+
+
+def image_set(images: np.ndarray, labels: np.ndarray) -> ImageSet:
+    return ImageSet(to_pixels(images), labels)

@@ -46,6 +46,7 @@ def markdown(results: dict[str, Any], title: str) -> str:
             for s in [*ood_sets, "mean"]
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += _shift_tables(methods)
     lines += [
         "",
         "## Cost (CPU, fp32; latency of one batch, median)",
@@ -56,7 +57,7 @@ def markdown(results: dict[str, Any], title: str) -> str:
     for name, r in methods.items():
         c = r["cost"]
         lines.append(
-            f"| {name} | {c['params']:,} | {c['flops_per_example'] / 1e9:.3f} | "
+            f"| {name} | {c['params']:,} | {c['flops_per_example'] / 1e9:.4g} | "
             f"{c['latency_ms']:.1f} | {c['examples_per_s']:.1f} |"
         )
     if results.get("stages"):
@@ -68,6 +69,23 @@ def markdown(results: dict[str, Any], title: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _shift_tables(methods: dict[str, Any]) -> list[str]:
+    """Accuracy, NLL and ECE of each method on the shifted ID test sets (none: no lines)."""
+    shifts = list(next(iter(methods.values())).get("shift", {}))
+    if not shifts:
+        return []
+    lines = ["", "## Dataset shift (the ID test set corrupted; CORRUPTION_SEVERITY)"]
+    for key, label, fmt in (("acc", "accuracy %", _pct), ("nll", "NLL", "{:.4f}".format),
+                            ("ece", "ECE %", _pct)):  # fmt: skip
+        lines += ["", f"{label}:", "", "| method | " + " | ".join([*shifts, "mean"]) + " |"]
+        lines += ["|---|" + "---|" * (len(shifts) + 1)]
+        for name, r in methods.items():
+            values = [r["shift"][s][key] for s in shifts]
+            cells = [fmt(v) for v in [*values, float(np.mean(values))]]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def pyplot():
@@ -98,10 +116,13 @@ def reliability_plot(path: Path, probs: np.ndarray, labels: np.ndarray, title: s
     plt.close(fig)
 
 
-def ood_histogram(path: Path, id_scores: np.ndarray, ood_scores: dict, title: str) -> None:
+def ood_histogram(
+    path: Path, id_scores: np.ndarray, ood_scores: dict, title: str, num_classes: int = 2
+) -> None:
+    """Histograms of MSP scores (-max p, in [-1, -1/C]) of the ID and each OOD test set."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    bins = np.linspace(-1, -0.5, 26)
+    bins = np.linspace(-1, -1 / num_classes, 26)
     ax.hist(id_scores, bins=bins, density=True, alpha=0.5, label="ID test")
     for name, scores in ood_scores.items():
         ax.hist(scores, bins=bins, density=True, histtype="step", linewidth=1.5, label=name)

@@ -1,4 +1,5 @@
-"""What the experiments share: a workdir owned by one config, text data, the baseline methods.
+"""What the experiments share: a workdir owned by one config, the study's data (text or images),
+evaluation of a list of methods.
 
 A workdir belongs to the config that first wrote `config.json` into it: a later `train.py` or
 `evaluate.py` whose resolved config differs in anything that changes a result is refused, with
@@ -18,8 +19,8 @@ import numpy as np
 from flax import traverse_util
 
 from hydra_jax import data, metrics
-from hydra_jax.convert import from_pretrained, minilm_l6_path
-from hydra_jax.data import TextEncoder, TokenizedSet, random_tokens
+from hydra_jax.convert import from_pretrained, minilm_l6_path, save_pretrained
+from hydra_jax.data import Dataset, TextEncoder, TokenizedSet, random_tokens
 from hydra_jax.evaluation import (
     Method,
     cost,
@@ -30,7 +31,7 @@ from hydra_jax.evaluation import (
     softmax,
     write_results,
 )
-from hydra_jax.models import Model
+from hydra_jax.models import EncoderConfig, Model, ViTConfig
 
 # Keys that change no result (only how a run is labelled).
 COSMETIC_KEYS = frozenset({"title"})
@@ -129,11 +130,24 @@ def text_encoder(config: ml_collections.ConfigDict, model: Model | None = None) 
     return encoder
 
 
+def is_images(config: ml_collections.ConfigDict) -> bool:
+    """Whether the study's in-distribution set is an image set (else a sentence set)."""
+    return config.data.id_set in data.IMAGE_SETS
+
+
+def num_classes(config: ml_collections.ConfigDict) -> int:
+    return data.NUM_CLASSES[config.data.id_set]
+
+
 @dataclasses.dataclass(frozen=True)
-class TextData:
-    train: TokenizedSet
-    test: TokenizedSet
-    ood: dict[str, TokenizedSet]
+class StudyData:
+    """The ID train and test sets, the OOD test sets, and shifted copies of the ID test set
+    (`shift`, named `CORRUPTION_SEVERITY`; images only)."""
+
+    train: Dataset
+    test: Dataset
+    ood: dict[str, Dataset]
+    shift: dict[str, Dataset] = dataclasses.field(default_factory=dict)
 
 
 def tokenized_split(
@@ -154,15 +168,61 @@ def tokenized_split(
     return TokenizedSet(encoder(sentences.texts), sentences.labels, encoder.pad_id)
 
 
-def load_data(config: ml_collections.ConfigDict, model: Model | None = None) -> TextData:
-    """Tokenised ID train/test and OOD test sets, cut to the config's limits (0 = all).
+def image_arrays(
+    config: ml_collections.ConfigDict, name: str, split: str, limit: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """One split of an image set as `uint8` images and labels; with `limit`, a fixed random
+    subset (seed 0), as for sentences."""
+    images, labels = data.load_images(name, split, data_dir(config))
+    if limit and limit < len(labels):
+        index = np.random.default_rng(0).permutation(len(labels))[:limit]
+        images, labels = images[index], labels[index]
+    return images, labels
+
+
+def split(
+    config: ml_collections.ConfigDict,
+    name: str,
+    split: str,
+    limit: int = 0,
+    encoder: TextEncoder | None = None,
+) -> Dataset:
+    """One split of the study's modality (`encoder`: text only, to tokenise once)."""
+    if is_images(config):
+        return data.image_set(*image_arrays(config, name, split, limit))
+    return tokenized_split(config, name, split, limit, encoder)
+
+
+def load_data(config: ml_collections.ConfigDict, model: Model | None = None) -> StudyData:
+    """ID train/test and OOD test sets, cut to the config's limits (0 = all); for images, the
+    ID test set under every corruption of `data.corruptions` at every severity.
 
     `data.eval_limit` caps every test set; `data.ood_limit` (optional) caps the OOD test sets
-    only; where both are set, the smaller applies. With `model`, its vocabulary is checked.
+    only; where both are set, the smaller applies; `data.shift_limit` (images) caps the shifted
+    sets (the first that many of the ID test images). With a text `model`, its vocabulary is
+    checked against the tokenizer.
     """
-    d, encoder = config.data, text_encoder(config, model)
+    d = config.data
     ood_limit = min((n for n in (d.eval_limit, d.get("ood_limit", 0)) if n), default=0)
-    return TextData(
+    if is_images(config):
+        images, labels = image_arrays(config, d.id_set, "test", d.eval_limit)
+        # The shifted sets: the first `shift_limit` of those test images (0 = all), corrupted.
+        shifted = slice(d.shift_limit or None)
+        shift = {
+            f"{corruption}_{severity}": data.image_set(
+                data.corrupt(images[shifted], corruption, severity), labels[shifted]
+            )
+            for corruption in d.corruptions
+            for severity in data.SEVERITIES
+        }
+        return StudyData(
+            train=split(config, d.id_set, "train", d.train_limit),
+            test=data.image_set(images, labels),
+            ood={name: split(config, name, "test", ood_limit) for name in d.ood_sets},
+            shift=shift,
+        )
+    encoder = text_encoder(config, model)
+    return StudyData(
         train=tokenized_split(config, d.id_set, "train", d.train_limit, encoder),
         test=tokenized_split(config, d.id_set, "test", d.eval_limit, encoder),
         ood={name: tokenized_split(config, name, "test", ood_limit, encoder)
@@ -174,8 +234,58 @@ def base_model(config: ml_collections.ConfigDict) -> Model:
     return from_pretrained(checkpoint_dir(config))
 
 
-def latency_batch(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
+def scratch_config(config: ml_collections.ConfigDict) -> ViTConfig:
+    """The ViT of `config.model`, for grey images of the study's size and its classes."""
+    m = config.model
+    if m.width % m.heads:
+        raise ValueError(f"model.width {m.width} is not a multiple of model.heads {m.heads}")
+    encoder = EncoderConfig(
+        num_heads=(m.heads,) * m.layers,
+        width=m.width,
+        head_dim=m.width // m.heads,
+        mlp_dim=m.mlp_dim,
+        activation="gelu",
+        layer_norm_eps=1e-12,  # HF ViTConfig's default
+        pre_norm=True,
+        dropout=m.dropout,
+        attention_dropout=m.attention_dropout,
+    )
+    return ViTConfig(
+        encoder=encoder,
+        image_size=data.IMAGE_SIZE,
+        patch_size=m.patch_size,
+        num_channels=1,
+        pooler=False,  # ViTForImageClassification has none
+        num_labels=num_classes(config),
+    )
+
+
+def publish(config: ml_collections.ConfigDict, model: Model, path: Path) -> None:
+    """Writes `model` as an HF directory; for images with the `preprocessor_config.json` of
+    `ViTImageProcessor` that reproduces our pixels (`data.to_pixels`)."""
+    save_pretrained(model, path)
+    if is_images(config):
+        processor = {
+            "image_processor_type": "ViTImageProcessor",
+            "do_resize": True,
+            "size": {"height": data.IMAGE_SIZE, "width": data.IMAGE_SIZE},
+            "resample": 2,  # bilinear
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            "do_normalize": True,
+            "image_mean": [data.images.PIXEL_MEAN],
+            "image_std": [data.images.PIXEL_STD],
+            "do_convert_rgb": False,
+        }
+        (Path(path) / "preprocessor_config.json").write_text(json.dumps(processor, indent=2))
+
+
+def latency_batch(config: ml_collections.ConfigDict, study: StudyData) -> dict[str, np.ndarray]:
+    """A fixed batch for latency: the first test images, or random tokens of a fixed length."""
     e = config.eval
+    if isinstance(study.test, data.ImageSet):
+        batch = study.test.batch(np.arange(e.latency_batch) % len(study.test))
+        return {"pixel_values": batch["pixel_values"]}
     return random_tokens(np.random.default_rng(0), e.latency_batch, e.latency_tokens)
 
 
@@ -187,31 +297,43 @@ def evaluate_methods(
     config: ml_collections.ConfigDict,
     workdir: Path,
     to_evaluate: list[Method],
-    text: TextData,
+    study: StudyData,
     stages: dict[str, float],
 ) -> dict[str, Any]:
     """Predictions, metrics, costs and plots of each method; writes every artefact.
 
+    Per method: ID metrics, OOD metrics per set, and (images) ID metrics under each shift.
     `results.json` records the config it was evaluated with (`config`).
     """
     results: dict[str, Any] = {"methods": {}}
     (workdir / "plots").mkdir(parents=True, exist_ok=True)
+    prefixed = {"id": study.test}
+    prefixed |= {f"ood_{name}": s for name, s in study.ood.items()}
+    prefixed |= {f"shift_{name}": s for name, s in study.shift.items()}
     for method in to_evaluate:
         start = time.perf_counter()
-        logits = {"id": predict(method, text.test, config.eval.batch_size)}
-        for name, ood_set in text.ood.items():
-            logits[name] = predict(method, ood_set, config.eval.batch_size)
-        predictions = {"labels": text.test.labels}
-        for name, value in logits.items():
-            prefix = "id" if name == "id" else f"ood_{name}"
-            predictions[f"{prefix}_logits"] = value
-            predictions[f"{prefix}_probs"] = softmax(value)
+        predictions = {"labels": study.test.labels}
+        for prefix, dataset in prefixed.items():
+            logits = predict(method, dataset, config.eval.batch_size)
+            predictions[f"{prefix}_logits"] = logits
+            predictions[f"{prefix}_probs"] = softmax(logits)
+        if study.shift:
+            predictions["shift_labels"] = next(iter(study.shift.values())).labels
         stages[f"predict {method.name}"] = time.perf_counter() - start
         save_predictions(workdir / "predictions" / f"{method.name}.npz", predictions)
-        result = method_metrics(predictions, list(text.ood), config.eval.num_bins)
-        result["cost"] = cost(method, latency_batch(config), config.eval.latency_repeats)
+        result = method_metrics(predictions, list(study.ood), config.eval.num_bins)
+        if study.shift:
+            result["shift"] = {
+                name: metrics.classification(
+                    predictions[f"shift_{name}_probs"],
+                    predictions["shift_labels"],
+                    config.eval.num_bins,
+                )
+                for name in study.shift
+            }
+        result["cost"] = cost(method, latency_batch(config, study), config.eval.latency_repeats)
         results["methods"][method.name] = result
-        _plots(workdir / "plots", method.name, predictions, list(text.ood))
+        _plots(workdir / "plots", method.name, predictions, list(study.ood))
     results["stages"] = stages
     results["config"] = json.loads(config.to_json_best_effort())
     write_results(workdir, results)
@@ -231,4 +353,5 @@ def _plots(directory: Path, name: str, predictions: dict, ood_sets: list[str]) -
         metrics.ood_score(predictions["id_probs"], "msp"),
         {s: metrics.ood_score(predictions[f"ood_{s}_probs"], "msp") for s in ood_sets},
         f"{name}: MSP scores",
+        num_classes=predictions["id_probs"].shape[-1],
     )

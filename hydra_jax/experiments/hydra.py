@@ -1,11 +1,12 @@
 """The Hydra Ensembles experiment: members from the fine-tuned single model, fused, evaluated.
 
-`train(config, workdir)`: the fine-tuned `single` model of a baselines workdir -> member head sets
-per strategy (`taylor`, `circuit`, `hies`, `stratified`) -> each member compacted and fine-tuned
-(seed m) -> fused into one network (optionally fine-tuned as a whole) -> saved under
-`workdir/fused/STRATEGY`. `evaluate(config, workdir)`: the saved fused models beside `single`,
-`deep_ensemble`, `mc_dropout` and the one-pruned-model baselines `pruned_taylor` /
-`pruned_hies` (member 0 of the matching Hydra run alone: one model at the members' pruning
+`train(config, workdir)`: the published `single` model of a baselines workdir -> member head
+sets per strategy (`taylor`, `circuit`, `hies`, `stratified`) -> each member compacted and
+fine-tuned (member m with the baselines' training seed of member m) -> fused into one network
+(optionally fine-tuned as a whole) -> saved under `workdir/fused/STRATEGY`.
+`evaluate(config, workdir)`: the saved fused models beside `single`, `deep_ensemble`,
+`mc_dropout` and the one-pruned-model baselines `pruned_taylor` / `pruned_hies` /
+`pruned_circuit` (member 0 of the matching Hydra run alone: one model at the members' pruning
 ratio).
 """
 
@@ -29,20 +30,25 @@ from hydra_jax.heads import UncertaintyBatches, his_and_entropy
 from hydra_jax.models import Model
 from hydra_jax.training import TrainSettings, fit, make_optimizer, make_train_step, schedule_length
 
+# Strategies whose member 0 alone is also a method (`pruned_STRATEGY`): one pruned model at the
+# members' ratio. `pruned_circuit` (one circuit, fine-tuned) stands in for the paper's CircAvg.
+PRUNED = ("taylor", "hies", "circuit")
+
 
 def uncertainty_sets(
     config: ml_collections.ConfigDict, base: ml_collections.ConfigDict
 ) -> list[UncertaintyBatches]:
-    """Per member m: half ID validation, half OOD validation (all OOD sets pooled), seed m."""
-    encoder = common.text_encoder(base)
-    id_val = common.tokenized_split(base, base.data.id_set, "validation", encoder=encoder)
-    ood_val = concat_all([common.tokenized_split(base, n, "validation", encoder=encoder)
+    """Per member m: half ID validation, half OOD validation (all OOD sets pooled), drawn with
+    member m's training seed."""
+    encoder = None if common.is_images(base) else common.text_encoder(base)
+    id_val = common.split(base, base.data.id_set, "validation", encoder=encoder)
+    ood_val = concat_all([common.split(base, n, "validation", encoder=encoder)
                           for n in base.data.ood_sets])  # fmt: skip
     half = config.circuit.examples // 2
     size = config.eval.batch_size
     return [
-        uncertainty_batches(subset(id_val, half, m), subset(ood_val, half, m), size)
-        for m in range(config.num_members)
+        uncertainty_batches(subset(id_val, half, seed), subset(ood_val, half, seed), size)
+        for seed in (baselines.training_seed(base, m) for m in range(config.num_members))
     ]
 
 
@@ -57,8 +63,8 @@ def head_sets(
     M = config.num_members
     n = single.config.encoder.num_heads[0] // M
     calibration = [
-        labelled_batches(train, config.calibration_size, m, config.eval.batch_size)
-        for m in range(M)
+        labelled_batches(train, config.calibration_size, seed, config.eval.batch_size)
+        for seed in (baselines.training_seed(base, m) for m in range(M))
     ]
     if strategy == "taylor":
         return ensembles.taylor_head_sets(single, calibration, n)
@@ -76,7 +82,7 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, list]:
     """Builds and saves every Hydra of `config.strategies` (resuming member fine-tuning)."""
     workdir = Path(workdir)
     start = time.perf_counter()
-    (single,), text, base = baselines.trained(Path(config.base_workdir), seeds=[0])
+    (single,), study, base = baselines.trained(Path(config.base_workdir), indices=[0])
     settings = TrainSettings(**{**base.train.to_dict(), **config.member_train.to_dict()})
     common.claim_workdir(config, workdir)
     stages = {"load baselines": time.perf_counter() - start}
@@ -84,7 +90,7 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, list]:
     record: dict[str, Any] = {}
     for strategy in config.strategies:
         start = time.perf_counter()
-        sets = head_sets(config, base, strategy, single, text.train)
+        sets = head_sets(config, base, strategy, single, study.train)
         stages[f"{strategy}: head sets"] = time.perf_counter() - start
         record[strategy] = sets.astype(int).tolist()
         start = time.perf_counter()
@@ -92,21 +98,22 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, list]:
         for m, member in enumerate(ensembles.members_from(single, sets)):
             if settings.epochs > 0:
                 if step_fn is None:
-                    total = schedule_length(len(text.train), settings)[1]
+                    total = schedule_length(len(study.train), settings)[1]
                     step_fn = make_train_step(member, make_optimizer(settings, total))
-                directory = workdir / "members" / strategy / f"seed_{m}"
-                member_settings = dataclasses.replace(settings, seed=m)
-                member = fit(member, text.train, member_settings, directory, step_fn=step_fn)
+                directory = workdir / "members" / strategy / f"member_{m}"
+                seed = baselines.training_seed(base, m)
+                member_settings = dataclasses.replace(settings, seed=seed)
+                member = fit(member, study.train, member_settings, directory, step_fn=step_fn)
             members.append(member)
         stages[f"{strategy}: fine-tune members"] = time.perf_counter() - start
         fused = ensembles.fuse(members)
         if config.fused_train.epochs > 0:  # optional: fine-tune the fused network as a whole
             start = time.perf_counter()
             fused_settings = TrainSettings(**{**settings.__dict__, **config.fused_train.to_dict()})
-            fused = fit(fused, text.train, fused_settings, workdir / "fused_training" / strategy)
+            fused = fit(fused, study.train, fused_settings, workdir / "fused_training" / strategy)
             stages[f"{strategy}: fine-tune fused"] = time.perf_counter() - start
         save_model(fused, workdir / "fused" / strategy)
-        if strategy in ("taylor", "hies"):  # the pruned_* baselines: member 0 alone
+        if strategy in PRUNED:  # the pruned_* baselines: member 0 alone
             save_model(members[0], workdir / "pruned" / strategy)
     (workdir / "head_sets.json").write_text(json.dumps(record))
     (workdir / "train_timings.json").write_text(json.dumps(stages, indent=2))
@@ -126,13 +133,13 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
                 f"{workdir} first"
             )
         available[f"hydra_{strategy}"] = lambda p=path, s=strategy: _method(f"hydra_{s}", p)
-        if strategy in ("taylor", "hies"):
+        if strategy in PRUNED:
             pruned = workdir / "pruned" / strategy
             available[f"pruned_{strategy}"] = lambda p=pruned, s=strategy: _method(f"pruned_{s}", p)
     start = time.perf_counter()
     base_methods = [m for m in ("single", "deep_ensemble", "mc_dropout") if m in config.methods]
-    seeds = None if "deep_ensemble" in config.methods else [0]
-    models, text, base = baselines.trained(Path(config.base_workdir), seeds=seeds)
+    indices = None if "deep_ensemble" in config.methods else [0]
+    models, study, base = baselines.trained(Path(config.base_workdir), indices)
     stages = {"load baselines": time.perf_counter() - start}
     stages.update(common.read_json(workdir / "train_timings.json", {}))
     for method in baselines.methods(base, models, base_methods):
@@ -141,7 +148,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
     if missing:
         raise ValueError(f"methods {missing} need strategies that config.strategies lacks")
     to_evaluate = [available[name]() for name in config.methods]
-    return common.evaluate_methods(config, workdir, to_evaluate, text, stages)
+    return common.evaluate_methods(config, workdir, to_evaluate, study, stages)
 
 
 def _method(name: str, path: Path) -> Method:

@@ -79,7 +79,7 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> None:
     """Pruning curves prune one-shot: nothing to train. Claims the workdir and checks that the
     base run is finished, so `evaluate.py` will find it."""
     common.claim_workdir(config, Path(workdir))
-    baselines.trained(Path(config.base_workdir), seeds=[0])
+    baselines.trained(Path(config.base_workdir), indices=[0])
     print(f"pruning curves train nothing; the base run in {config.base_workdir} is finished: "
           f"run evaluate.py with this config and --workdir {workdir}")  # fmt: skip
 
@@ -88,14 +88,13 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
     """Computes every pruning curve; writes results.json, report.md and plots/."""
     workdir = Path(workdir)
     start = time.perf_counter()
-    (model,), text, base = baselines.trained(Path(config.base_workdir), seeds=[0])
+    (model,), study, base = baselines.trained(Path(config.base_workdir), indices=[0])
     common.claim_workdir(config, workdir)  # after the base run is found: a failure creates nothing
-    validation = common.tokenized_split(base, base.data.id_set, "validation")
-    ood = {
-        name: subset(s, config.ood_limit) if config.ood_limit else s for name, s in text.ood.items()
-    }
+    validation = common.split(base, base.data.id_set, "validation")
+    limit = config.ood_limit
+    ood = {name: subset(s, limit) if limit else s for name, s in study.ood.items()}
     calibration = labelled_batches(
-        text.train, config.calibration_size, config.calibration_seed, config.calibration_size
+        study.train, config.calibration_size, config.calibration_seed, config.calibration_size
     )
     stages = {"load": time.perf_counter() - start}
 
@@ -109,7 +108,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
     predict = MaskedPredictor(model, config.eval_batch_size)
     L, N = his.shape
     full = np.ones((L, N), np.float32)
-    reference = predict(full, text.test).argmax(-1)
+    reference = predict(full, study.test).argmax(-1)
 
     start = time.perf_counter()
     alphas = {}
@@ -134,7 +133,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
         for name in names:
             s = hies(his, entropy, alphas[str(ratio)]) if name == "hies" else scores[name]
             keep = keep_mask(s, ratio=ratio)
-            points.append(curve_point(predict, keep, text.test, ood, reference))
+            points.append(curve_point(predict, keep, study.test, ood, reference))
         curves.setdefault(criterion, {})[str(ratio)] = _mean_points(points)
     stages["pruning curves"] = time.perf_counter() - start
 

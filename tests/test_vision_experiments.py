@@ -1,0 +1,86 @@
+"""The vision study end to end on synthetic images: a tiny ViT trained from scratch and published
+in HF format, the baselines with dataset shift, the Hydra experiment and pruning curves reading
+the published directories."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import chex
+import numpy as np
+import pytest
+
+import hydra_jax as hj
+from hydra_jax import metrics
+from hydra_jax.experiments import baselines, hydra, pruning
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from configs import hydra_vit_fmnist, prune_vit_fmnist, vit_fmnist
+
+
+@pytest.fixture(scope="module")
+def vision_run(synthetic_image_dir, tmp_path_factory):
+    config = vit_fmnist.get_config("smoke")
+    config.data_dir = str(synthetic_image_dir)
+    config.train.update(epochs=6.0, learning_rate=3e-3)  # 48 steps on the synthetic squares
+    workdir = tmp_path_factory.mktemp("vit")
+    models = baselines.train(config, workdir)
+    return config, workdir, models, baselines.evaluate(config, workdir)
+
+
+def test_published_members_are_the_trained_models(vision_run):
+    _, workdir, models, _ = vision_run
+    for m, model in enumerate(models):
+        directory = workdir / "hf" / f"member_{m}"
+        assert json.loads((directory / "config.json").read_text())["architectures"] == [
+            "ViTForImageClassification"
+        ]
+        assert (directory / "preprocessor_config.json").is_file()
+        chex.assert_trees_all_equal(hj.from_pretrained(directory).params, model.params)
+    assert not np.allclose(models[0].params["classifier"]["kernel"],
+                           models[1].params["classifier"]["kernel"])  # fmt: skip
+
+
+def test_vit_learns_the_synthetic_classes(vision_run):
+    _, _, _, results = vision_run
+    assert results["methods"]["single"]["id"]["acc"] > 0.5  # chance is 0.1
+
+
+def test_shift_metrics_are_recomputable_from_predictions(vision_run):
+    config, workdir, _, results = vision_run
+    shifts = [f"{c}_{s}" for c in config.data.corruptions for s in (1, 2, 3)]
+    for name in config.methods:
+        with np.load(workdir / "predictions" / f"{name}.npz") as npz:
+            predictions = dict(npz)
+        assert sorted(results["methods"][name]["shift"]) == sorted(shifts)
+        for shift in shifts:
+            recomputed = metrics.classification(
+                predictions[f"shift_{shift}_probs"],
+                predictions["shift_labels"],
+                config.eval.num_bins,
+            )
+            assert recomputed == results["methods"][name]["shift"][shift]
+    report = (workdir / "report.md").read_text()
+    assert "## Dataset shift" in report and "rotation_3" in report
+
+
+def test_hydra_and_pruning_run_on_the_published_vit(vision_run, tmp_path):
+    config, workdir, _, _ = vision_run
+    hydra_config = hydra_vit_fmnist.get_config("smoke")
+    hydra_config.base_workdir = str(workdir)
+    hydra_config.strategies = ("taylor", "circuit")
+    hydra_config.methods = ("single", "deep_ensemble", "pruned_circuit", "hydra_circuit")
+    hydra.train(hydra_config, tmp_path / "hydra")
+    results = hydra.evaluate(hydra_config, tmp_path / "hydra")["methods"]
+    assert results["hydra_circuit"]["cost"]["params"] < results["deep_ensemble"]["cost"]["params"]
+    assert "shift" in results["hydra_circuit"]
+    with np.load(tmp_path / "hydra" / "predictions" / "hydra_circuit.npz") as npz:
+        assert npz["id_probs"].shape == (config.data.eval_limit, 2, 10)
+
+    prune_config = prune_vit_fmnist.get_config("smoke")
+    prune_config.base_workdir = str(workdir)
+    prune_config.criteria = ("random", "hies")
+    curves = pruning.evaluate(prune_config, tmp_path / "prune")["curves"]
+    assert curves["hies"]["0.0"]["acc"] == curves["random"]["0.0"]["acc"]

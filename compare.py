@@ -13,6 +13,7 @@ import numpy as np
 from absl import app, flags
 
 from hydra_jax import metrics
+from hydra_jax.evaluation.seeds import ood_scores
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "an evaluated workdir (holds predictions/)")
 _A = flags.DEFINE_string("a", None, "method a")
@@ -22,22 +23,11 @@ _RESAMPLES = flags.DEFINE_integer("resamples", 1000, "bootstrap resamples")
 flags.mark_flags_as_required(["workdir", "a", "b"])
 
 
-def scores(path: Path, kind: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """(ID scores, {OOD set: scores}) of one method's saved predictions."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: evaluate that method first")
-    with np.load(path) as npz:
-        p = dict(npz)
-    names = sorted(k[4:-6] for k in p if k.startswith("ood_") and k.endswith("_probs"))
-    score = lambda prefix: metrics.ood_score(p[f"{prefix}_probs"], kind, p[f"{prefix}_logits"])  # noqa: E731
-    return score("id"), {n: score(f"ood_{n}") for n in names}
-
-
 def main(argv: list[str]) -> None:
     del argv
     directory = Path(_WORKDIR.value) / "predictions"
-    id_a, ood_a = scores(directory / f"{_A.value}.npz", _SCORE.value)
-    id_b, ood_b = scores(directory / f"{_B.value}.npz", _SCORE.value)
+    id_a, ood_a = ood_scores(directory / f"{_A.value}.npz", _SCORE.value)
+    id_b, ood_b = ood_scores(directory / f"{_B.value}.npz", _SCORE.value)
     if sorted(ood_a) != sorted(ood_b):
         raise app.UsageError(f"the methods were evaluated on different OOD sets: "
                              f"{sorted(ood_a)} vs {sorted(ood_b)}")  # fmt: skip

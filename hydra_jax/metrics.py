@@ -285,18 +285,29 @@ def auroc_difference(
     Raises:
       ValueError: the methods' scores are not paired (different sets or set sizes).
     """
-    if len(ood_a) != len(ood_b) or not ood_a:
-        raise ValueError(f"method a has {len(ood_a)} OOD sets and method b {len(ood_b)}")
-    id_a, id_b = _check_scores(id_a, "id_a"), _check_scores(id_b, "id_b")
-    ood_a = [_check_scores(s, f"ood_a[{k}]") for k, s in enumerate(ood_a)]
-    ood_b = [_check_scores(s, f"ood_b[{k}]") for k, s in enumerate(ood_b)]
-    pairs = {"ID": (id_a, id_b)}
-    pairs.update({f"OOD set {k}": pair for k, pair in enumerate(zip(ood_a, ood_b, strict=True))})
-    for name, (a, b) in pairs.items():
-        if a.shape != b.shape:
-            raise ValueError(f"{name}: {a.size} scores for method a but {b.size} for method b")
+    return pooled_auroc_difference([(id_a, ood_a, id_b, ood_b)], resamples, level, seed)
 
-    def difference(i: np.ndarray, js: list[np.ndarray]) -> float:
+
+Run = tuple[np.ndarray, Sequence[np.ndarray], np.ndarray, Sequence[np.ndarray]]
+
+
+def pooled_auroc_difference(
+    runs: Sequence[Run], resamples: int = 1000, level: float = 0.95, seed: int = 0
+) -> dict[str, float]:
+    """`auroc_difference` pooled over runs (training seeds): the mean over runs of each run's
+    difference, with a bootstrap that redraws every run's test examples in each resample (paired
+    within a run, runs in order). With one run, exactly `auroc_difference`.
+
+    Args:
+      runs: per run `(id_a, ood_a, id_b, ood_b)`, as `auroc_difference` takes them.
+    """
+    if not runs:
+        raise ValueError("no runs to pool")
+    checked = [_paired(*run, prefix=f"run {r}: " if len(runs) > 1 else "")
+               for r, run in enumerate(runs)]  # fmt: skip
+
+    def difference(run: Run, i: np.ndarray, js: list[np.ndarray]) -> float:
+        id_a, ood_a, id_b, ood_b = run
         a = [ood(id_a[i], s[j])["auroc"] for s, j in zip(ood_a, js, strict=True)]
         b = [ood(id_b[i], s[j])["auroc"] for s, j in zip(ood_b, js, strict=True)]
         return float(np.mean(a) - np.mean(b))
@@ -304,8 +315,35 @@ def auroc_difference(
     rng = np.random.default_rng(seed)
     draws = []
     for _ in range(resamples):
-        i = rng.integers(0, id_a.size, id_a.size)
-        draws.append(difference(i, [rng.integers(0, s.size, s.size) for s in ood_a]))
+        per_run = []
+        for run in checked:
+            i = rng.integers(0, run[0].size, run[0].size)
+            per_run.append(difference(run, i, [rng.integers(0, s.size, s.size) for s in run[1]]))
+        draws.append(float(np.mean(per_run)))
     low, high = np.percentile(draws, [50 * (1 - level), 50 * (1 + level)])
-    full = difference(np.arange(id_a.size), [np.arange(s.size) for s in ood_a])
-    return {"difference": full, "low": float(low), "high": float(high)}
+    full = np.mean([difference(run, np.arange(run[0].size), [np.arange(s.size) for s in run[1]])
+                    for run in checked])  # fmt: skip
+    return {"difference": float(full), "low": float(low), "high": float(high)}
+
+
+def _paired(
+    id_a: np.ndarray,
+    ood_a: Sequence[np.ndarray],
+    id_b: np.ndarray,
+    ood_b: Sequence[np.ndarray],
+    prefix: str = "",
+) -> Run:
+    """Checked scores of one run: finite 1-D arrays, the same sets and sizes for a and b."""
+    if len(ood_a) != len(ood_b) or not ood_a:
+        raise ValueError(f"{prefix}method a has {len(ood_a)} OOD sets and method b {len(ood_b)}")
+    id_a, id_b = _check_scores(id_a, "id_a"), _check_scores(id_b, "id_b")
+    ood_a = [_check_scores(s, f"ood_a[{k}]") for k, s in enumerate(ood_a)]
+    ood_b = [_check_scores(s, f"ood_b[{k}]") for k, s in enumerate(ood_b)]
+    pairs = {"ID": (id_a, id_b)}
+    pairs.update({f"OOD set {k}": pair for k, pair in enumerate(zip(ood_a, ood_b, strict=True))})
+    for name, (a, b) in pairs.items():
+        if a.shape != b.shape:
+            raise ValueError(
+                f"{prefix}{name}: {a.size} scores for method a but {b.size} for method b"
+            )
+    return id_a, ood_a, id_b, ood_b

@@ -180,23 +180,24 @@ def test_ood_properties(id_scores, ood_scores, random):
     assert metrics.ood(np.array(shuffled_id), ood_scores) == pytest.approx(m, abs=1e-12)
 
 
+def _mean_auroc(id_s, ood_s, i, js):
+    """sklearn's AUROC of resampled ID scores `id_s[i]` against each OOD set's `s[j]`, averaged."""
+    return np.mean(
+        [
+            roc_auc_score(np.r_[np.zeros(len(i)), np.ones(len(j))], np.r_[id_s[i], s[j]])
+            for s, j in zip(ood_s, js, strict=True)
+        ]
+    )
+
+
 def _bootstrap_reference(id_a, ood_a, id_b, ood_b, resamples, seed):
     """The paired bootstrap written out with sklearn's AUROC, replaying the documented draws."""
-
-    def mean_auroc(id_s, ood_s, i, js):
-        return np.mean(
-            [
-                roc_auc_score(np.r_[np.zeros(len(i)), np.ones(len(j))], np.r_[id_s[i], s[j]])
-                for s, j in zip(ood_s, js, strict=True)
-            ]
-        )
-
     rng = np.random.default_rng(seed)
     draws = []
     for _ in range(resamples):
         i = rng.integers(0, len(id_a), len(id_a))
         js = [rng.integers(0, len(s), len(s)) for s in ood_a]
-        draws.append(mean_auroc(id_a, ood_a, i, js) - mean_auroc(id_b, ood_b, i, js))
+        draws.append(_mean_auroc(id_a, ood_a, i, js) - _mean_auroc(id_b, ood_b, i, js))
     return draws
 
 
@@ -232,3 +233,31 @@ def test_auroc_difference_refuses_unpaired_scores():
         metrics.auroc_difference(s, [s], s, [s[:9]])
     with pytest.raises(ValueError, match="method a has 1 OOD sets and method b 2"):
         metrics.auroc_difference(s, [s], s, [s, s])
+
+
+def test_pooled_auroc_difference_averages_runs_and_redraws_each():
+    rng = np.random.default_rng(4)
+    runs = []
+    for n in (40, 30):  # two seeds, different test sizes
+        ood_a = [rng.normal(0.8, 1, 20), rng.normal(0.3, 1, 15)]
+        ood_b = [rng.normal(0.5, 1, 20), rng.normal(0.2, 1, 15)]
+        runs.append((rng.normal(0, 1, n), ood_a, rng.normal(0, 1, n), ood_b))
+    result = metrics.pooled_auroc_difference(runs, resamples=100, seed=2)
+    singles = [metrics.auroc_difference(*run, resamples=1)["difference"] for run in runs]
+    assert result["difference"] == pytest.approx(np.mean(singles), abs=1e-12)
+    # The reference: one generator, per resample every run's ID then OOD draws, in run order.
+    draw_rng = np.random.default_rng(2)
+    draws = []
+    for _ in range(100):
+        per_run = []
+        for id_a, ood_a, id_b, ood_b in runs:
+            i = draw_rng.integers(0, len(id_a), len(id_a))
+            js = [draw_rng.integers(0, len(s), len(s)) for s in ood_a]
+            per_run.append(_mean_auroc(id_a, ood_a, i, js) - _mean_auroc(id_b, ood_b, i, js))
+        draws.append(np.mean(per_run))
+    low, high = np.percentile(draws, [2.5, 97.5])
+    assert (result["low"], result["high"]) == pytest.approx((low, high), abs=1e-12)
+    with pytest.raises(ValueError, match="run 1: OOD set 0: 20 scores for method a but 19"):
+        metrics.pooled_auroc_difference(
+            [runs[0], (*runs[1][:3], [runs[1][3][0][:19], runs[1][3][1]])]
+        )

@@ -1,6 +1,6 @@
 """Evaluation: the prediction loop, metrics per method, costs, results.json, report.md, plots."""
 
-from hydra_jax.evaluation import report
+from hydra_jax.evaluation import report, seeds
 from hydra_jax.evaluation.predict import (
     OOD_SCORES,
     Method,
@@ -23,6 +23,7 @@ __all__ = [
     "predict",
     "report",
     "save_predictions",
+    "seeds",
     "softmax",
     "write_results",
     "xla_flops",

@@ -15,7 +15,7 @@ FASHION_MNIST := $(DATA)/downloads/debian/usr/share/datasets/fashion-mnist/t10k-
 # about 24% faster on our 2-core machine (bench/allocator.py; README, "Benchmarks").
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 
-.PHONY: setup test lint bench smoke baselines prune hydra demo clean
+.PHONY: setup test lint bench smoke baselines prune hydra demo demo-seeds vision clean
 
 setup: $(STAMP) $(SOURCE) $(WHEELS) $(FASHION_MNIST)
 
@@ -54,13 +54,35 @@ bench: setup
 	$(BIN)/python -m bench.ensemble
 	$(BIN)/python -m bench.allocator
 
-# The embedded default end to end at a demo budget (configs/minilm_mr.py:demo): fine-tune single +
-# deep ensemble, build Hydra-Taylor and Hydra-Circuit, evaluate the paper's rows; writes
-# runs/demo/report.md.
+# Both studies end to end at a demo budget, one report (runs/demo_report.md):
+# text (configs/minilm_mr.py:demo, configs/hydra_minilm_mr.py:demo): fine-tune single + deep
+# ensemble, build Hydra-Taylor and Hydra-Circuit, evaluate the paper's rows;
+# vision (configs/vit_fmnist.py:demo, configs/hydra_vit_fmnist.py:demo): train 3 ViTs from
+# scratch, publish them as HF directories, the same rows, with dataset shift.
+# SEED=S runs study seed S (workdirs suffixed _seedS); `make demo-seeds` runs seeds 0, 1, 2.
+SEED ?= 0
+SUFFIX := $(if $(filter 0,$(SEED)),,_seed$(SEED))
+comma := ,
+VARIANT := demo$(if $(filter 0,$(SEED)),,$(comma)$(SEED))
 demo: setup
-	$(BIN)/python train.py --config configs/minilm_mr.py:demo --workdir runs/demo_baselines
-	$(BIN)/python train.py --config configs/hydra_minilm_mr.py:demo --workdir runs/demo
-	$(BIN)/python evaluate.py --config configs/hydra_minilm_mr.py:demo --workdir runs/demo
+	$(BIN)/python train.py --config configs/minilm_mr.py:$(VARIANT) --workdir runs/demo_baselines$(SUFFIX)
+	$(BIN)/python train.py --config configs/hydra_minilm_mr.py:$(VARIANT) --workdir runs/demo$(SUFFIX)
+	$(BIN)/python evaluate.py --config configs/hydra_minilm_mr.py:$(VARIANT) --workdir runs/demo$(SUFFIX)
+	$(BIN)/python train.py --config configs/vit_fmnist.py:$(VARIANT) --workdir runs/demo_vit$(SUFFIX)
+	$(BIN)/python train.py --config configs/hydra_vit_fmnist.py:$(VARIANT) --workdir runs/demo_vit_hydra$(SUFFIX)
+	$(BIN)/python evaluate.py --config configs/hydra_vit_fmnist.py:$(VARIANT) --workdir runs/demo_vit_hydra$(SUFFIX)
+	cat runs/demo$(SUFFIX)/report.md runs/demo_vit_hydra$(SUFFIX)/report.md > runs/demo_report$(SUFFIX).md
+
+# The demo over study seeds 0, 1, 2, then mean +- std and pooled bootstrap intervals per study.
+PAIRS := hydra_circuit:deep_ensemble,hydra_taylor:deep_ensemble
+demo-seeds: setup
+	$(MAKE) demo SEED=0
+	$(MAKE) demo SEED=1
+	$(MAKE) demo SEED=2
+	$(BIN)/python seeds.py --workdirs runs/demo,runs/demo_seed1,runs/demo_seed2 --pairs $(PAIRS) \
+		--out runs/demo_seeds_text.md
+	$(BIN)/python seeds.py --workdirs runs/demo_vit_hydra,runs/demo_vit_hydra_seed1,runs/demo_vit_hydra_seed2 \
+		--pairs $(PAIRS) --out runs/demo_seeds_vision.md
 
 # About a minute: the uncertainty baselines on real data cut to a few hundred sentences.
 smoke: setup
@@ -79,6 +101,15 @@ prune: setup
 hydra: setup
 	$(BIN)/python train.py --config configs/hydra_minilm_mr.py --workdir runs/hydra_minilm_mr
 	$(BIN)/python evaluate.py --config configs/hydra_minilm_mr.py --workdir runs/hydra_minilm_mr
+
+# The vision study at full budget: 3 ViTs from scratch (README, "Vision"), pruning curves, the
+# full Hydra table with dataset shift.
+vision: setup
+	$(BIN)/python train.py --config configs/vit_fmnist.py --workdir runs/vit_fmnist
+	$(BIN)/python evaluate.py --config configs/vit_fmnist.py --workdir runs/vit_fmnist
+	$(BIN)/python evaluate.py --config configs/prune_vit_fmnist.py --workdir runs/prune_vit_fmnist
+	$(BIN)/python train.py --config configs/hydra_vit_fmnist.py --workdir runs/hydra_vit_fmnist
+	$(BIN)/python evaluate.py --config configs/hydra_vit_fmnist.py --workdir runs/hydra_vit_fmnist
 
 clean:
 	rm -rf $(VENV)

@@ -30,8 +30,9 @@ import ml_collections
 
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
-    if arg not in ("", "demo", "smoke"):
-        raise ValueError(f"unknown config variant {arg!r}; use '', 'demo' or 'smoke'")
+    variant, _, seed = arg.partition(",")
+    if variant not in ("", "demo", "smoke"):
+        raise ValueError(f"unknown config variant {variant!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
     c.experiment = "hydra"
     c.title = "Hydra Ensembles: MiniLM-L6 on Rotten Tomatoes sentences"
@@ -54,12 +55,13 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict(
         dict(batch_size=64, num_bins=15, latency_batch=32, latency_tokens=64, latency_repeats=10)
     )
-    if arg == "demo":
+    if variant == "demo":
         c.title += " (demo)"
         c.base_workdir = "runs/demo_baselines"
         c.strategies = ("taylor", "circuit")
         c.methods = ("single", "deep_ensemble", "mc_dropout", "hydra_taylor", "hydra_circuit")
-    if arg == "smoke":
+        c.circuit.examples = 128
+    if variant == "smoke":
         c.title += " (smoke)"
         c.base_workdir = "runs/smoke"
         c.num_members = 2
@@ -68,5 +70,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.circuit.examples = 32
         c.member_train.epochs = 0.5
         c.eval.update(batch_size=32, latency_batch=8, latency_tokens=32, latency_repeats=3)
+    if seed:  # study seed S: the baselines of that seed (`configs/minilm_mr.py:VARIANT,S`)
+        c.title += f", study seed {seed}"
+        c.base_workdir += f"_seed{seed}"
     c.lock()
     return c

@@ -53,7 +53,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.base_workdir = "runs/demo_vit"
         c.strategies = ("taylor", "circuit")
         c.methods = ("single", "deep_ensemble", "mc_dropout", "hydra_taylor", "hydra_circuit")
-        c.circuit.examples = 256
+        c.circuit.examples = 128
+        c.member_train.epochs = 0.5
     if variant == "smoke":
         c.title += " (smoke)"
         c.base_workdir = "runs/smoke_vit"

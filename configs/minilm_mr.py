@@ -25,11 +25,13 @@ import ml_collections
 
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
-    if arg not in ("", "demo", "smoke"):
-        raise ValueError(f"unknown config variant {arg!r}; use '', 'demo' or 'smoke'")
+    variant, _, seed = arg.partition(",")
+    if variant not in ("", "demo", "smoke"):
+        raise ValueError(f"unknown config variant {variant!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
     c.experiment = "baselines"
     c.title = "MiniLM-L6 on Rotten Tomatoes sentences"
+    c.seed = int(seed or 0)  # the study seed: every training seed is offset by 1000 * seed
     c.checkpoint = ""  # a local HF directory; "" = the embedded all-MiniLM-L6-v2
     c.data_dir = ""  # "" = $HYDRA_JAX_DATA or ~/.cache/hydra_jax
     c.data = ml_collections.ConfigDict(
@@ -60,11 +62,11 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict(
         dict(batch_size=64, num_bins=15, latency_batch=32, latency_tokens=64, latency_repeats=10)
     )
-    if arg == "demo":  # `make demo`'s budget: see the module docstring
+    if variant == "demo":  # `make demo`'s budget: see the module docstring
         c.title += " (demo)"
         c.train.epochs = 1.0
-        c.data.ood_limit = 1000
-    if arg == "smoke":
+        c.data.update(train_limit=2000, eval_limit=500, ood_limit=300)
+    if variant == "smoke":
         c.title += " (smoke)"
         c.data.max_tokens = 32
         c.data.train_limit = 192
@@ -75,5 +77,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.ensemble_size = 2
         c.mc_dropout_samples = 3
         c.eval.update(batch_size=32, latency_batch=8, latency_tokens=32, latency_repeats=3)
+    if c.seed:
+        c.title += f", study seed {c.seed}"
     c.lock()
     return c

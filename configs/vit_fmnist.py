@@ -68,7 +68,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     )
     if variant == "demo":
         c.title += " (demo)"
-        c.data.update(train_limit=20000, eval_limit=2000, ood_limit=1000, shift_limit=1000)
+        c.data.update(train_limit=10000, eval_limit=1000, ood_limit=500, shift_limit=500)
         c.train.epochs = 2.0
     if variant == "smoke":
         c.title += " (smoke)"
@@ -79,5 +79,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.ensemble_size = 2
         c.mc_dropout_samples = 3
         c.eval.update(batch_size=32, latency_batch=8, latency_repeats=3)
+    if c.seed:
+        c.title += f", study seed {c.seed}"
     c.lock()
     return c

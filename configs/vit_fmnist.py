@@ -72,7 +72,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.train.epochs = 2.0
     if variant == "smoke":
         c.title += " (smoke)"
-        c.model.update(layers=2, width=24, heads=6, mlp_dim=48)
+        c.model.update(patch_size=7, layers=2, width=24, heads=6, mlp_dim=48)
         c.data.update(train_limit=256, eval_limit=64, ood_limit=48, shift_limit=32)
         c.train.update(epochs=2.0, batch_size=32, learning_rate=1e-3, checkpoint_every=8,
                        log_every=4)  # fmt: skip

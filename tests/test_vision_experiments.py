@@ -14,10 +14,10 @@ import pytest
 
 import hydra_jax as hj
 from hydra_jax import metrics
-from hydra_jax.experiments import baselines, hydra, pruning
+from hydra_jax.experiments import ablations, baselines, hydra, pruning
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from configs import hydra_vit_fmnist, prune_vit_fmnist, vit_fmnist
+from configs import ablate_vit_fmnist, hydra_vit_fmnist, prune_vit_fmnist, vit_fmnist
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +84,26 @@ def test_hydra_and_pruning_run_on_the_published_vit(vision_run, tmp_path):
     prune_config.criteria = ("random", "hies")
     curves = pruning.evaluate(prune_config, tmp_path / "prune")["curves"]
     assert curves["hies"]["0.0"]["acc"] == curves["random"]["0.0"]["acc"]
+
+
+def test_ablations_compare_averaged_and_per_member_mlps(vision_run, tmp_path):
+    _, workdir, _, _ = vision_run
+    config = ablate_vit_fmnist.get_config("smoke")
+    config.base_workdir = str(workdir)
+    ablations.train(config, tmp_path)
+    rows = ablations.evaluate(config, tmp_path)["rows"]
+    assert [(r["size"], r["strategy"], r["mlp"]) for r in rows][:2] == [
+        (2, "taylor", "per_member_mlp"), (2, "taylor", "averaged_mlp")]  # fmt: skip
+    disjoint = [r for r in rows if r["strategy"] == "stratified"]
+    assert all(r["overlap"] == 0.0 for r in disjoint)
+    assert {r["heads_per_member"] for r in rows if r["size"] == 3} == {2}
+    for size in (2, 3):  # one fused network holds fewer weights than the members side by side
+        params = {r["mlp"]: r["params"] for r in disjoint if r["size"] == size}
+        assert params["averaged_mlp"] < params["per_member_mlp"]
+    assert (tmp_path / "plots" / "ensemble_size.png").is_file()
+
+
+def test_overlap_is_the_mean_pairwise_jaccard_index():
+    sets = np.array([[[1, 1, 0, 0]], [[0, 1, 1, 0]], [[0, 0, 1, 1]]], bool)
+    # pairs: {0,1}&{1,2} = 1/3; {0,1}&{2,3} = 0; {1,2}&{2,3} = 1/3
+    assert ablations.overlap(sets) == pytest.approx(2 / 9)

@@ -5,6 +5,7 @@
 | `baselines` | fine-tune one classifier per seed | single / deep ensemble / MC dropout |
 | `pruning` | nothing (checks the base run) | pruning curves of the base model |
 | `hydra` | member head sets, member fine-tuning, fusion | Hydras beside the baselines |
+| `ablations` | members per ensemble size and head-set strategy | averaged vs per-member MLPs |
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import ml_collections
 
-from hydra_jax.experiments import baselines, common, hydra, pruning
+from hydra_jax.experiments import ablations, baselines, common, hydra, pruning
 
 Stage = Callable[[ml_collections.ConfigDict, Path], Any]
 
@@ -23,6 +24,7 @@ EXPERIMENTS: dict[str, tuple[Stage, Stage]] = {
     "baselines": (baselines.train, baselines.evaluate),
     "pruning": (pruning.train, pruning.evaluate),
     "hydra": (hydra.train, hydra.evaluate),
+    "ablations": (ablations.train, ablations.evaluate),
 }
 
 
@@ -33,4 +35,4 @@ def stages(config: ml_collections.ConfigDict) -> tuple[Stage, Stage]:
     return EXPERIMENTS[config.experiment]
 
 
-__all__ = ["EXPERIMENTS", "baselines", "common", "hydra", "pruning", "stages"]
+__all__ = ["EXPERIMENTS", "ablations", "baselines", "common", "hydra", "pruning", "stages"]

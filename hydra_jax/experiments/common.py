@@ -207,7 +207,7 @@ def load_data(config: ml_collections.ConfigDict, model: Model | None = None) -> 
     if is_images(config):
         images, labels = image_arrays(config, d.id_set, "test", d.eval_limit)
         # The shifted sets: the first `shift_limit` of those test images (0 = all), corrupted.
-        shifted = slice(d.shift_limit or None)
+        shifted = slice(d.get("shift_limit", 0) or None)
         shift = {
             f"{corruption}_{severity}": data.image_set(
                 data.corrupt(images[shifted], corruption, severity), labels[shifted]

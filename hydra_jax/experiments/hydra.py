@@ -78,6 +78,33 @@ def head_sets(
     raise ValueError(f"unknown member strategy {strategy!r}")
 
 
+def fine_tuned_members(
+    single: Model,
+    sets: np.ndarray,
+    train: Any,
+    settings: TrainSettings,
+    base: ml_collections.ConfigDict,
+    directory: Path,
+    steps: dict[Any, Any] | None = None,
+) -> list[Model]:
+    """`single` compacted to each head set `[M, L, N]`, member m fine-tuned (resuming) under
+    `directory/member_m` with the baselines' training seed of member m (none if 0 epochs).
+
+    `steps` caches compiled train steps by member architecture across calls.
+    """
+    members, steps = [], {} if steps is None else steps
+    for m, member in enumerate(ensembles.members_from(single, sets)):
+        if settings.epochs > 0:
+            if member.config not in steps:  # members of one shape share a compiled step
+                total = schedule_length(len(train), settings)[1]
+                steps[member.config] = make_train_step(member, make_optimizer(settings, total))
+            step_fn = steps[member.config]
+            member_settings = dataclasses.replace(settings, seed=baselines.training_seed(base, m))
+            member = fit(member, train, member_settings, directory / f"member_{m}", step_fn=step_fn)
+        members.append(member)
+    return members
+
+
 def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, list]:
     """Builds and saves every Hydra of `config.strategies` (resuming member fine-tuning)."""
     workdir = Path(workdir)
@@ -86,25 +113,17 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, list]:
     settings = TrainSettings(**{**base.train.to_dict(), **config.member_train.to_dict()})
     common.claim_workdir(config, workdir)
     stages = {"load baselines": time.perf_counter() - start}
-    step_fn = None
     record: dict[str, Any] = {}
+    steps: dict[Any, Any] = {}
     for strategy in config.strategies:
         start = time.perf_counter()
         sets = head_sets(config, base, strategy, single, study.train)
         stages[f"{strategy}: head sets"] = time.perf_counter() - start
         record[strategy] = sets.astype(int).tolist()
         start = time.perf_counter()
-        members = []
-        for m, member in enumerate(ensembles.members_from(single, sets)):
-            if settings.epochs > 0:
-                if step_fn is None:
-                    total = schedule_length(len(study.train), settings)[1]
-                    step_fn = make_train_step(member, make_optimizer(settings, total))
-                directory = workdir / "members" / strategy / f"member_{m}"
-                seed = baselines.training_seed(base, m)
-                member_settings = dataclasses.replace(settings, seed=seed)
-                member = fit(member, study.train, member_settings, directory, step_fn=step_fn)
-            members.append(member)
+        members = fine_tuned_members(
+            single, sets, study.train, settings, base, workdir / "members" / strategy, steps
+        )
         stages[f"{strategy}: fine-tune members"] = time.perf_counter() - start
         fused = ensembles.fuse(members)
         if config.fused_train.epochs > 0:  # optional: fine-tune the fused network as a whole

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import io
 import json
 import shutil
@@ -33,6 +34,7 @@ sys.path.insert(0, str(REPO))
 import hydra_jax as hj  # noqa: E402
 from hydra_jax import metrics  # noqa: E402
 from hydra_jax.convert.torch_pickle import load_torch_bin  # noqa: E402
+from hydra_jax.data import image_sources  # noqa: E402
 from hydra_jax.experiments import common  # noqa: E402
 from hydra_jax.heads import keep_mask, score  # noqa: E402
 from hydra_jax.models import (  # noqa: E402
@@ -47,6 +49,8 @@ from hydra_jax.models import (  # noqa: E402
 from hydra_jax.training import TrainSettings  # noqa: E402
 
 Case = tuple[str, Callable[[], object], type, str]
+IDX_HEADER = b"\0\0\x08\x01" + (9).to_bytes(4, "big")  # unsigned bytes, 1-D, 9 of them
+BLANK = np.zeros((1, 28, 28), np.uint8)  # one grey image
 
 
 def tiny_models():
@@ -577,8 +581,71 @@ def cases(tmp: Path) -> list[Case]:
             "no run of this experiment",
         ),
         ("workdir of another config", lambda: _conflict(tmp), common.WorkdirError, "a: 1 -> 2"),
+        # --- image data
+        (
+            "Fashion-MNIST not fetched",
+            lambda: _without_fashion_mnist(tmp),
+            FileNotFoundError,
+            "apt-get download dataset-fashion-mnist",
+        ),
+        (
+            "OOD wheel not fetched",
+            lambda: image_sources.small_digits(tmp / "empty"),
+            FileNotFoundError,
+            "scikit-learn==1.9.1 wheel not found",
+        ),
+        (
+            "truncated IDX file",
+            lambda: image_sources.read_idx(
+                _file(
+                    tmp / "t.gz", gzip.compress(b"\0\0\x08\x01" + (9).to_bytes(4, "big") + b"abc")
+                )
+            ),
+            ValueError,
+            "header says (9,), data holds 3",
+        ),
+        (
+            "not an IDX file",
+            lambda: image_sources.read_idx(_file(tmp / "png.gz", gzip.compress(b"\x89PNG\r\n"))),
+            ValueError,
+            "not an IDX file",
+        ),
+        (
+            "colour images as grey",
+            lambda: hj.data.to_pixels(np.zeros((2, 28, 28, 3), np.uint8)),
+            V,
+            "uint8 grey images [N, H, W]",
+        ),
+        (
+            "float images as grey",
+            lambda: hj.data.to_pixels(np.zeros((2, 28, 28))),
+            V,
+            "uint8 grey images [N, H, W]",
+        ),
+        (
+            "unknown corruption",
+            lambda: hj.data.corrupt(np.zeros((1, 28, 28), np.uint8), "fog", 1),
+            V,
+            "unknown corruption",
+        ),
+        (
+            "severity 0",
+            lambda: hj.data.corrupt(np.zeros((1, 28, 28), np.uint8), "blur", 0),
+            V,
+            "severity must be one of",
+        ),
     ]
     return out
+
+
+def _without_fashion_mnist(tmp: Path) -> object:
+    """Reads Fashion-MNIST from a data dir without it, and no installed package to fall back on."""
+    installed = image_sources.SYSTEM_FASHION_MNIST
+    image_sources.SYSTEM_FASHION_MNIST = tmp / "no_system_package"
+    try:
+        return image_sources.fashion_mnist(tmp / "empty", "train")
+    finally:
+        image_sources.SYSTEM_FASHION_MNIST = installed
 
 
 def _file(path: Path, data: bytes) -> Path:

@@ -180,7 +180,7 @@ def image_arrays(
     return images, labels
 
 
-def split(
+def load_split(
     config: ml_collections.ConfigDict,
     name: str,
     split: str,
@@ -216,9 +216,9 @@ def load_data(config: ml_collections.ConfigDict, model: Model | None = None) -> 
             for severity in data.SEVERITIES
         }
         return StudyData(
-            train=split(config, d.id_set, "train", d.train_limit),
+            train=load_split(config, d.id_set, "train", d.train_limit),
             test=data.image_set(images, labels),
-            ood={name: split(config, name, "test", ood_limit) for name in d.ood_sets},
+            ood={name: load_split(config, name, "test", ood_limit) for name in d.ood_sets},
             shift=shift,
         )
     encoder = text_encoder(config, model)

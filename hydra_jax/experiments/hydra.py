@@ -41,8 +41,8 @@ def uncertainty_sets(
     """Per member m: half ID validation, half OOD validation (all OOD sets pooled), drawn with
     member m's training seed."""
     encoder = None if common.is_images(base) else common.text_encoder(base)
-    id_val = common.split(base, base.data.id_set, "validation", encoder=encoder)
-    ood_val = concat_all([common.split(base, n, "validation", encoder=encoder)
+    id_val = common.load_split(base, base.data.id_set, "validation", encoder=encoder)
+    ood_val = concat_all([common.load_split(base, n, "validation", encoder=encoder)
                           for n in base.data.ood_sets])  # fmt: skip
     half = config.circuit.examples // 2
     size = config.eval.batch_size

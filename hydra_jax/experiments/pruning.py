@@ -90,7 +90,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
     start = time.perf_counter()
     (model,), study, base = baselines.trained(Path(config.base_workdir), indices=[0])
     common.claim_workdir(config, workdir)  # after the base run is found: a failure creates nothing
-    validation = common.split(base, base.data.id_set, "validation")
+    validation = common.load_split(base, base.data.id_set, "validation")
     limit = config.ood_limit
     ood = {name: subset(s, limit) if limit else s for name, s in study.ood.items()}
     calibration = labelled_batches(

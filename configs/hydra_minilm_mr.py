@@ -13,13 +13,15 @@ the baselines:
     python evaluate.py --config configs/hydra_minilm_mr.py --workdir runs/hydra_minilm_mr
 
 `demo` variant (the paper's rows: single, deep_ensemble, mc_dropout, hydra_taylor,
-hydra_circuit, on the baselines of `configs/minilm_mr.py:demo`), what `make demo` runs; about
-17 minutes after the baselines and 23 minutes for the whole of `make demo` on one 2-core
-AVX-512 machine, 39 minutes on a slower one (README, "Wall time"):
+hydra_circuit, on the baselines of `configs/minilm_mr.py:demo`; circuit search on 128
+validation examples per member), what `make demo` runs (README, "Wall time"):
 
     python train.py --config configs/minilm_mr.py:demo --workdir runs/demo_baselines
     python train.py --config configs/hydra_minilm_mr.py:demo --workdir runs/demo
     python evaluate.py --config configs/hydra_minilm_mr.py:demo --workdir runs/demo
+
+A study seed S is the suffix `,S` (`configs/hydra_minilm_mr.py:demo,1`); its base workdir is
+`base_workdir` + `_seedS`.
 
 `smoke` variant (on the smoke baselines workdir runs/smoke; about a minute).
 """

@@ -8,10 +8,13 @@ Full run (about 25 minutes on 2 CPU cores; test accuracy about 80%, see README):
     python train.py --config configs/minilm_mr.py --workdir runs/minilm_mr
     python evaluate.py --config configs/minilm_mr.py --workdir runs/minilm_mr
 
-`demo` variant (what `make demo` trains; the whole ID test set, a fixed random 1000 sentences of
-each OOD test set, one epoch of fine-tuning; about 6 minutes):
+`demo` variant (what `make demo` trains; a fixed random 2,000 of the training sentences, one
+epoch of fine-tuning; 500 ID test sentences and 300 of each OOD test set):
 
     python train.py --config configs/minilm_mr.py:demo --workdir runs/demo_baselines
+
+A study seed S is the suffix `,S` (`configs/minilm_mr.py:demo,1`): every training seed is
+offset by 1000 x S.
 
 Smoke run (real data cut to a few hundred sentences, a few steps; about a minute):
 

@@ -9,14 +9,16 @@ studies load those directories. Methods: `single` (member 0), `deep_ensemble` (3
 0..2), `mc_dropout` (the single ViT, 10 dropout samples); every method is also evaluated on the
 first 2,000 test images under 4 corruptions at 3 severities.
 
-`seed` (the study seed) offsets every training seed by 1000 * seed, so studies with seeds 0, 1,
-2 share no model. Full run (README, "Vision"):
+A study seed S is the variant suffix `,S` (`configs/vit_fmnist.py:demo,1`): it offsets every
+training seed by 1000 x S, so studies with seeds 0, 1, 2 share no model. Full run (README,
+"Vision"):
 
     python train.py --config configs/vit_fmnist.py --workdir runs/vit_fmnist
     python evaluate.py --config configs/vit_fmnist.py --workdir runs/vit_fmnist
 
-`demo` variant (what `make demo` trains: 20,000 training images, 2 epochs; 2,000 test images
-and 1,000 of each OOD set). `smoke` variant: a tiny ViT on a few hundred images.
+`demo` variant (what `make demo` trains: 10,000 training images, 2 epochs; 1,000 test images,
+500 of each OOD set, 500 shifted images per corruption and severity). `smoke` variant: a tiny
+ViT (patch 7, 2 layers) on a few hundred images.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def main(argv: list[str]) -> None:
         print(f"{name}: mean OOD AUROC {100 * mean:.2f} ({_SCORE.value}; {', '.join(names)})")
     print(f"{_A.value} - {_B.value}: {100 * result['difference']:+.2f} points, 95% paired "
           f"bootstrap interval [{100 * result['low']:+.2f}, {100 * result['high']:+.2f}] "
-          f"({_RESAMPLES.value} resamples of the test sentences)")  # fmt: skip
+          f"({_RESAMPLES.value} resamples of the test examples)")  # fmt: skip
 
 
 if __name__ == "__main__":

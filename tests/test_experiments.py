@@ -13,7 +13,6 @@ import jax
 import ml_collections
 import numpy as np
 import pytest
-from flax import traverse_util
 
 import hydra_jax as hj
 from hydra_jax import metrics
@@ -23,7 +22,13 @@ from hydra_jax.models import BertConfig, EncoderConfig
 
 REPO = Path(__file__).parent.parent
 sys.path.insert(0, str(REPO))
-from configs import hydra_minilm_mr, minilm_mr, prune_minilm_mr  # noqa: E402
+from configs import (  # noqa: E402
+    hydra_minilm_mr,
+    hydra_vit_fmnist,
+    minilm_mr,
+    prune_minilm_mr,
+    vit_fmnist,
+)
 
 L, N = 3, 4  # tiny: 3 layers of 4 heads (2 per member), width 20
 
@@ -137,12 +142,27 @@ def test_ood_limit_caps_only_the_ood_test_sets(synthetic_data_dir, tiny_checkpoi
     assert len(both.test) == 5 and {len(o) for o in both.ood.values()} == {5}
 
 
-def test_demo_config_differs_from_the_default_only_in_its_budget():
-    default = traverse_util.flatten_dict(minilm_mr.get_config().to_dict())
-    demo = traverse_util.flatten_dict(minilm_mr.get_config("demo").to_dict())
+@pytest.mark.parametrize(
+    ("module", "budget"),
+    [
+        (minilm_mr, {"train.epochs", "data.train_limit", "data.eval_limit", "data.ood_limit"}),
+        (vit_fmnist, {"train.epochs", "data.train_limit", "data.eval_limit", "data.ood_limit",
+                      "data.shift_limit"}),
+    ],
+)  # fmt: skip
+def test_demo_config_differs_from_the_default_only_in_its_budget(module, budget):
+    default, demo = common.flat(module.get_config()), common.flat(module.get_config("demo"))
     assert demo.keys() == default.keys()
-    changed = {path for path in default if default[path] != demo[path]}
-    assert changed == {("title",), ("train", "epochs"), ("data", "ood_limit")}
+    changed = {key for key in default if default[key] != demo[key]}
+    assert changed == {"title", *budget}
+
+
+def test_a_study_seed_offsets_training_seeds_and_names_its_base_workdir():
+    seeded = minilm_mr.get_config("demo,2")
+    assert seeded.seed == 2 and baselines.training_seed(seeded, 1) == 2001
+    assert baselines.training_seed(minilm_mr.get_config("demo"), 1) == 1
+    assert hydra_minilm_mr.get_config("demo,2").base_workdir == "runs/demo_baselines_seed2"
+    assert hydra_vit_fmnist.get_config(",1").base_workdir == "runs/vit_fmnist_seed1"
 
 
 # ------------------------------------------------------------------ a workdir belongs to one config

@@ -102,14 +102,15 @@ hydra: setup
 	$(BIN)/python train.py --config configs/hydra_minilm_mr.py --workdir runs/hydra_minilm_mr
 	$(BIN)/python evaluate.py --config configs/hydra_minilm_mr.py --workdir runs/hydra_minilm_mr
 
-# The vision study at full budget: 3 ViTs from scratch (README, "Vision"), pruning curves, the
-# full Hydra table with dataset shift.
+# The vision study at full budget: 3 ViTs from scratch (README, "Vision"), the full Hydra table
+# with dataset shift (single, deep_ensemble and mc_dropout included), pruning curves, ablations.
 vision: setup
 	$(BIN)/python train.py --config configs/vit_fmnist.py --workdir runs/vit_fmnist
-	$(BIN)/python evaluate.py --config configs/vit_fmnist.py --workdir runs/vit_fmnist
-	$(BIN)/python evaluate.py --config configs/prune_vit_fmnist.py --workdir runs/prune_vit_fmnist
 	$(BIN)/python train.py --config configs/hydra_vit_fmnist.py --workdir runs/hydra_vit_fmnist
 	$(BIN)/python evaluate.py --config configs/hydra_vit_fmnist.py --workdir runs/hydra_vit_fmnist
+	$(BIN)/python evaluate.py --config configs/prune_vit_fmnist.py --workdir runs/prune_vit_fmnist
+	$(BIN)/python train.py --config configs/ablate_vit_fmnist.py --workdir runs/ablate_vit_fmnist
+	$(BIN)/python evaluate.py --config configs/ablate_vit_fmnist.py --workdir runs/ablate_vit_fmnist
 
 clean:
 	rm -rf $(VENV)

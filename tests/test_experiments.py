@@ -280,3 +280,10 @@ def test_hydra_smoke(smoke_run, tmp_path):
     assert (tmp_path / "fused" / "circuit" / "model_config.json").is_file()
     assert (tmp_path / "fused_training" / "circuit" / "metrics.jsonl").is_file()
     assert "fine-tune fused" in " ".join(results["stages"])  # the train stage's timings
+
+
+def test_rerunning_train_on_a_finished_run_keeps_its_timings(smoke_run):
+    config, workdir, _ = smoke_run
+    before = json.loads((workdir / "train_timings.json").read_text())
+    baselines.train(config, workdir)  # every member restored, none trained
+    assert json.loads((workdir / "train_timings.json").read_text()) == before

@@ -70,11 +70,13 @@ def fit_members(
             total = schedule_length(len(study.train), settings)[1]
             step_fn = make_train_step(model, make_optimizer(settings, total))
         start = time.perf_counter()
+        published = (hf_dir(workdir, member) / "config.json").is_file()  # finished before
         directory = Path(workdir) / "members" / f"member_{member}"
         model = fit(model, study.train, settings, directory, step_fn=step_fn)
         common.publish(config, model, hf_dir(workdir, member))
         models.append(model)
-        timings[f"train member {member} (seed {seed})"] = time.perf_counter() - start
+        if not published:  # a restored member keeps the time of the run that trained it
+            timings[f"train member {member} (seed {seed})"] = time.perf_counter() - start
     return models, timings
 
 
@@ -84,6 +86,7 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> list[Model]:
     TrainSettings(**config.train.to_dict())  # refuse bad settings before touching the workdir
     common.claim_workdir(config, workdir)
     models, timings = fit_members(config, workdir)
+    timings = {**common.read_json(workdir / "train_timings.json", {}), **timings}
     (workdir / "train_timings.json").write_text(json.dumps(timings, indent=2))
     return models
 

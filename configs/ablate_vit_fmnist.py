@@ -2,7 +2,8 @@
 in {2, 3, 4, 6} (12 / M heads per member), overlapping (taylor) vs disjoint (stratified) head
 sets with their measured overlap, averaged vs per-member MLPs, and member disagreement before
 and after fusion (hydra_jax/experiments/ablations.py). Members are fine-tuned for one epoch on a
-fixed 10,000 training images; OOD AUROC on 1,000 images of each OOD test set.
+fixed 10,000 training images; evaluated on a fixed 2,000 of the test images and 1,000 images of
+each OOD test set.
 
     python train.py --config configs/ablate_vit_fmnist.py --workdir runs/ablate_vit_fmnist
     python evaluate.py --config configs/ablate_vit_fmnist.py --workdir runs/ablate_vit_fmnist
@@ -31,6 +32,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.member_train = ml_collections.ConfigDict(
         dict(epochs=1.0, learning_rate=5e-4, warmup_fraction=0.1)
     )
+    c.eval_limit = 2000  # a fixed random subset (seed 0) of the ID test set
     c.ood_limit = 1000
     c.eval = ml_collections.ConfigDict(dict(batch_size=256, num_bins=15, latency_batch=64))
     if arg == "demo":
@@ -43,6 +45,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.sizes = (2, 3)
         c.calibration_size = 16
         c.train_limit = 64
+        c.eval_limit = 40
         c.ood_limit = 48
         c.eval.update(batch_size=32, latency_batch=8)
     c.lock()

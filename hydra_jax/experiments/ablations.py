@@ -76,6 +76,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
     common.check_workdir(config, workdir)
     start = time.perf_counter()
     built, study = _members(config, workdir)
+    test = subset(study.test, config.eval_limit) if config.eval_limit else study.test
     ood = {n: subset(s, config.ood_limit) if config.ood_limit else s for n, s in study.ood.items()}
     stages = {"members (restored)": time.perf_counter() - start}
     batch = common.latency_batch(config, study)
@@ -89,7 +90,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
             "averaged_mlp": Method("averaged_mlp", logits_forward(fused), fused.params),
         }  # fmt: skip
         for mlp, method in methods.items():
-            predictions = _predictions(method, study.test, ood, config.eval.batch_size)
+            predictions = _predictions(method, test, ood, config.eval.batch_size)
             result = method_metrics(predictions, list(ood), config.eval.num_bins)
             rows.append({
                 "size": M, "strategy": strategy, "mlp": mlp,

@@ -180,7 +180,6 @@ def fit(
     workdir: str | Path,
     *,
     stop_after: int | None = None,
-    resume_only: bool = False,
     step_fn: Any = None,
 ) -> Model:
     """Fine-tunes `model` on `train`, checkpointing to `workdir/checkpoints`, resuming if present.
@@ -191,23 +190,17 @@ def fit(
       settings: optimiser and schedule.
       workdir: where checkpoints and `metrics.jsonl` go.
       stop_after: stop (as if killed) once this many steps are done; for tests.
-      resume_only: only restore a finished run; raise if it is not finished.
       step_fn: a `make_train_step` result to reuse (same model config and optimiser settings).
 
     Returns:
       The model with fine-tuned parameters.
 
     Raises:
-      FileNotFoundError: `resume_only` and no finished run in `workdir`.
       FloatingPointError: a non-finite loss (the step and the batch's examples are named; the
         last checkpoint is left as it was).
     """
     workdir = Path(workdir).absolute()
     steps_per_epoch, total_steps = schedule_length(len(train), settings)
-    if resume_only and not (workdir / "checkpoints").is_dir():
-        raise FileNotFoundError(
-            f"{workdir} holds no finished training run (no checkpoints); train it first"
-        )
     workdir.mkdir(parents=True, exist_ok=True)
     optimizer = make_optimizer(settings, total_steps)
     state = TrainState.create(model.params, optimizer)
@@ -217,12 +210,6 @@ def fit(
     )
     state = _restore(manager, state, workdir)
     start = int(state.step)
-    if resume_only and start < total_steps:
-        manager.close()
-        raise FileNotFoundError(
-            f"{workdir} holds no finished training run (step {start} of {total_steps}); "
-            "train it first"
-        )
     log_file = workdir / "metrics.jsonl"
     _truncate_log(log_file, start)
     step_fn = step_fn or make_train_step(model, optimizer)

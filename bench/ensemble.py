@@ -1,4 +1,5 @@
-"""Ensemble costs: single, fused Hydra, Deep Ensemble (vmapped and sequential), MC dropout.
+"""Ensemble costs: single, fused Hydra, Deep Ensemble (vmapped and sequential), MC dropout
+(samples run by `lax.map`, as in the library, and `vmap`ped).
 
 MiniLM-L6 shapes (real weights, random classifier), batch 32 x 64 tokens, CPU fp32, interleaved
 rounds; medians, XLA FLOPs, and each latency ratio divided by its FLOP ratio. Targets (SPEC
@@ -51,8 +52,12 @@ def main() -> None:
         "single": (baselines.single(single), single.params),
         f"hydra (M={M}, {N // M} heads)": (lambda p, b: fused.apply(p, **b).logits, fused.params),
         "deep_ensemble (vmap)": (baselines.deep_ensemble(single), baselines.stack(members)),
-        f"mc_dropout ({args.mc_samples})": (
+        f"mc_dropout ({args.mc_samples}, lax.map)": (
             baselines.mc_dropout(single, args.mc_samples),
+            single.params,
+        ),
+        f"mc_dropout ({args.mc_samples}, vmap)": (
+            vmapped_mc_dropout(single, args.mc_samples),
             single.params,
         ),
     }
@@ -86,6 +91,17 @@ def main() -> None:
     print(f"hydra / single latency {hydra_ratio:.3f} = {hydra_ratio / flop_ratio:.3f} x its FLOP "
           f"ratio {flop_ratio:.3f} (target <= 1.1 x)")  # fmt: skip
     circuit(single, args.circuit_examples, args.circuit_repeats)
+
+
+def vmapped_mc_dropout(model: hj.Model, samples: int) -> baselines.Forward:
+    """`baselines.mc_dropout` with the samples `vmap`ped (the same keys, so the same outputs)."""
+    keys = jax.random.split(jax.random.key(0), samples)
+
+    def forward(params, batch):
+        member = lambda k: model.apply(params, **batch, dropout_rng=k).logits  # noqa: E731
+        return jax.vmap(member, out_axes=1)(keys)
+
+    return forward
 
 
 def circuit(model: hj.Model, examples: int, repeats: int) -> None:

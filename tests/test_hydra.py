@@ -173,6 +173,16 @@ def test_dropout_runs_per_member(base, head_sets):
     assert a.shape == (7, M, 2) and not np.allclose(a, b)
 
 
+def test_mc_dropout_sample_s_is_the_model_under_key_s(base):
+    model, batch = base
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    out = np.asarray(hydra.baselines.mc_dropout(model, 3, seed=5)(model.params, inputs))
+    keys = jax.random.split(jax.random.key(5), 3)
+    want = [model.apply(model.params, **inputs, dropout_rng=k).logits for k in keys]
+    assert out.shape == (7, 3, 2) and np.abs(out[:, 0] - out[:, 1]).max() > 1e-2
+    np.testing.assert_allclose(out, np.stack(want, axis=1), atol=1e-4)  # jit vs eager
+
+
 def test_taylor_and_hies_member_sets(base):
     model, batch = base
     halves = [[{k: v[:4] for k, v in batch.items()}], [{k: v[3:] for k, v in batch.items()}]]

@@ -2,7 +2,9 @@
 
 `single` is one fine-tuned model (M = 1); `deep_ensemble` stacks M independently fine-tuned
 models' weights on a leading axis and runs them with `vmap`; `mc_dropout` keeps dropout on at
-test time and treats S samples as members.
+test time and treats S samples as members, run one after another with `lax.map`: on CPU that was
+27% (MiniLM) to 34% (ViT) faster than `vmap` over the dropout keys, with equal outputs
+(`bench/ensemble.py`).
 """
 
 from __future__ import annotations
@@ -49,6 +51,6 @@ def mc_dropout(model: Model, samples: int, seed: int = 0) -> Forward:
 
     def forward(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
         member = lambda k: model.apply(params, **batch, dropout_rng=k).logits  # noqa: E731
-        return jax.vmap(member, out_axes=1)(keys)  # [B, S, C]
+        return jax.lax.map(member, keys).swapaxes(0, 1)  # [S, B, C] -> [B, S, C]
 
     return forward

@@ -55,6 +55,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.methods = ("single", "deep_ensemble", "mc_dropout", "hydra_taylor", "hydra_circuit")
         c.circuit.examples = 128
         c.member_train.epochs = 0.5
+        c.eval.latency_repeats = 3
     if variant == "smoke":
         c.title += " (smoke)"
         c.base_workdir = "runs/smoke_vit"

@@ -2,7 +2,8 @@
 
 The package has one dependency direction; a module imports only its own layer or those below:
 
-  0. `models` (functional BERT / ViT / CLIP and the fused Hydra network), `metrics` (numpy)
+  0. `models` (functional BERT / ViT / CLIP / dual encoders, zero-shot heads, the fused
+     Hydra), `metrics` (numpy)
   1. `convert` (checkpoints), `heads` (scores, selection, surgery, circuit search),
      `ensembles` (fusion, member strategies, baselines): no datasets, no optimisers
   2. `data` (the dataset protocol, text, TFDS builders), `training`, `evaluation`
@@ -22,7 +23,7 @@ from hydra_jax.convert import (
     save_model,
     save_pretrained,
 )
-from hydra_jax.models import Model, vision_tower, with_classifier
+from hydra_jax.models import Model, vision_tower, with_classifier, zero_shot
 
 hydra = ensembles  # SPEC's name for the Hydra API: `hj.hydra.fuse(members)`
 
@@ -42,4 +43,5 @@ __all__ = [
     "save_pretrained",
     "vision_tower",
     "with_classifier",
+    "zero_shot",
 ]

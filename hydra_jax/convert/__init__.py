@@ -7,16 +7,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hydra_jax.convert import bert, clip, vit
+from hydra_jax.convert import bert, clip, dual_encoder, vit
 from hydra_jax.convert.common import ConversionError, load_config, read_state_dict
 from hydra_jax.convert.native import load_model, save_model
 from hydra_jax.convert.torch_pickle import UnsafePickleError
-from hydra_jax.models import BertConfig, Model, ViTConfig
+from hydra_jax.models import BertConfig, DualEncoderConfig, Model, ViTConfig
 
 _LOADERS: dict[str, Callable[[dict[str, Any], dict[str, Any]], Model]] = {
     "bert": bert.load,
     "vit": vit.load,
     "clip": clip.load,
+    dual_encoder.MODEL_TYPE: dual_encoder.load,
 }
 
 
@@ -57,8 +58,13 @@ def from_pretrained(path: str | Path) -> Model:
 
 
 def save_pretrained(model: Model, path: str | Path) -> None:
-    """Writes a BERT or ViT model as an HF directory (`config.json` + `model.safetensors`)."""
-    exporters = {BertConfig: bert.export, ViTConfig: vit.export}
+    """Writes a BERT, ViT or ViT-BERT dual encoder model as an HF directory (`config.json` +
+    `model.safetensors`)."""
+    exporters = {
+        BertConfig: bert.export,
+        ViTConfig: vit.export,
+        DualEncoderConfig: dual_encoder.export,
+    }
     if type(model.config) not in exporters:
         raise ConversionError(f"no HF exporter for {type(model.config).__name__}")
     exporters[type(model.config)](model, Path(path))

@@ -95,13 +95,10 @@ def load(hf: dict[str, Any], tensors: dict[str, Any]) -> Model:
     return load_model(config, rules_for(config), tensors, IGNORED)
 
 
-def export(model: Model, path: Path) -> None:
-    """Writes `model` as an HF directory that `transformers` loads with identical outputs."""
-    c = model.config
-    if not isinstance(c, BertConfig):
-        raise ConversionError(f"expected a BERT model, got {type(c).__name__}")
+def hf_config(c: BertConfig) -> dict[str, Any]:
+    """The HF `config.json` fields of `c` (inverse of `config_from_hf`)."""
     e = c.encoder
-    hf = {
+    return {
         "model_type": "bert",
         "architectures": ["BertForSequenceClassification" if c.num_labels else "BertModel"],
         **encoder_hf_fields(e, "BERT"),
@@ -114,5 +111,13 @@ def export(model: Model, path: Path) -> None:
         "classifier_dropout": c.classifier_dropout,
         **(label_fields(c.num_labels) if c.num_labels else {}),
     }
+
+
+def export(model: Model, path: Path) -> None:
+    """Writes `model` as an HF directory that `transformers` loads with identical outputs."""
+    c = model.config
+    if not isinstance(c, BertConfig):
+        raise ConversionError(f"expected a BERT model, got {type(c).__name__}")
+    hf = hf_config(c)
     prefix = "bert." if c.num_labels else ""
     write_hf(path, hf, to_hf_tensors(rules_for(c), model.params, prefix))

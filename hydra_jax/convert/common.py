@@ -327,7 +327,8 @@ def to_hf_tensors(rules: list[Rule], params: Any, prefix: str = "") -> dict[str,
     out = {}
     for rule in rules:
         name = rule.hf if rule.hf.startswith("classifier.") else prefix + rule.hf
-        out[name] = np.ascontiguousarray(rule.transform.to_hf(np.asarray(flat[rule.ours])))
+        array = np.asarray(rule.transform.to_hf(np.asarray(flat[rule.ours])))
+        out[name] = np.array(array, order="C")  # (np.ascontiguousarray makes a scalar [1])
     return out
 
 

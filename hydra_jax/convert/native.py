@@ -18,6 +18,7 @@ from hydra_jax.models import (
     CLIPTextConfig,
     CLIPVisionConfig,
     CLIPVisionTowerConfig,
+    DualEncoderConfig,
     EncoderConfig,
     HydraConfig,
     Model,
@@ -27,7 +28,7 @@ from hydra_jax.models import (
 _CONFIGS = {
     c.__name__: c
     for c in (EncoderConfig, BertConfig, ViTConfig, CLIPTextConfig, CLIPVisionConfig,
-              CLIPConfig, CLIPVisionTowerConfig, HydraConfig)
+              CLIPConfig, CLIPVisionTowerConfig, DualEncoderConfig, HydraConfig)
 }  # fmt: skip
 CONFIG_FILE = "model_config.json"
 

@@ -97,13 +97,12 @@ def load(hf: dict[str, Any], tensors: dict[str, Any]) -> Model:
     return load_model(config, rules_for(config), tensors, IGNORED)
 
 
-def export(model: Model, path: Path) -> None:
-    """Writes `model` as an HF directory that `transformers` loads with identical outputs."""
-    c = model.config
-    if not isinstance(c, ViTConfig):
-        raise ConversionError(f"expected a ViT model, got {type(c).__name__}")
+def hf_config(c: ViTConfig) -> dict[str, Any]:
+    """The HF `config.json` fields of `c` (inverse of `config_from_hf`)."""
+    require(c.projection_dim == 0, "a ViT vision tower's projection belongs to its dual encoder; "
+            "export the dual encoder")  # fmt: skip
     e = c.encoder
-    hf = {
+    return {
         "model_type": "vit",
         "architectures": ["ViTForImageClassification" if c.num_labels else "ViTModel"],
         **encoder_hf_fields(e, "ViT"),
@@ -116,5 +115,13 @@ def export(model: Model, path: Path) -> None:
         "pooler_act": c.pooler_activation,
         **(label_fields(c.num_labels) if c.num_labels else {}),
     }
+
+
+def export(model: Model, path: Path) -> None:
+    """Writes `model` as an HF directory that `transformers` loads with identical outputs."""
+    c = model.config
+    if not isinstance(c, ViTConfig):
+        raise ConversionError(f"expected a ViT model, got {type(c).__name__}")
+    hf = hf_config(c)
     prefix = "vit." if c.num_labels else ""
     write_hf(path, hf, to_hf_tensors(rules_for(c), model.params, prefix))

@@ -32,6 +32,10 @@ class TextEncoder:
         """Token ids (with [CLS] ... [SEP]) per text, at most `max_tokens` each."""
         return [np.array(e.ids, np.int32) for e in self.tokenizer.encode_batch(texts)]
 
+    def pad(self, texts: list[str]) -> dict[str, np.ndarray]:
+        """`texts` as one padded batch (`pad_batch`): a tokenizer for `hj.zero_shot`."""
+        return pad_batch(self(texts), self.pad_id)
+
 
 def pad_batch(
     tokens: list[np.ndarray], pad_id: int, batch_size: int | None = None

@@ -19,6 +19,7 @@ from hydra_jax.models.config import (
     CLIPTextConfig,
     CLIPVisionConfig,
     CLIPVisionTowerConfig,
+    DualEncoderConfig,
     EncoderConfig,
     HydraConfig,
     MemberConfig,
@@ -27,6 +28,7 @@ from hydra_jax.models.config import (
 from hydra_jax.models.inputs import check_inputs, encoder_of, input_names
 from hydra_jax.models.model import Model, vision_tower, with_classifier
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
+from hydra_jax.models.zero_shot import prompt_embeddings, zero_shot
 
 __all__ = [
     "BertConfig",
@@ -35,6 +37,7 @@ __all__ = [
     "CLIPTextConfig",
     "CLIPVisionConfig",
     "CLIPVisionTowerConfig",
+    "DualEncoderConfig",
     "EncoderConfig",
     "HydraConfig",
     "MemberConfig",
@@ -45,6 +48,8 @@ __all__ = [
     "check_inputs",
     "encoder_of",
     "input_names",
+    "prompt_embeddings",
     "vision_tower",
     "with_classifier",
+    "zero_shot",
 ]

@@ -15,13 +15,7 @@ from hydra_jax.models.attention import padding_bias
 from hydra_jax.models.config import CLIPConfig, CLIPTextConfig, CLIPVisionConfig
 from hydra_jax.models.encoder import Encoder, HeadMask, LayerNorm, StagedEncoder, stack_attentions
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
-from hydra_jax.models.vit import patch_conv, patchify, prepend
-
-LOGIT_SCALE_INIT = 2.6592  # log(1 / 0.07), CLIP's initial temperature
-
-
-def normalise(x: jax.Array) -> jax.Array:
-    return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+from hydra_jax.models.vit import LOGIT_SCALE_INIT, normalise, patch_conv, patchify, prepend
 
 
 class CLIPText(StagedEncoder):

@@ -56,7 +56,12 @@ class BertConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ViTConfig:
-    """ViT; `num_labels == 0` means no image classifier (which reads the final-LN CLS token)."""
+    """ViT; `num_labels == 0` means no image classifier (which reads the final-LN CLS token).
+
+    With `projection_dim` E > 0 it is a dual encoder's vision tower: the pooler output is
+    projected to `embeds` `[B, E]`, and a classifier (`num_labels`) is zero-shot, `logits =
+    exp(logit_scale) * cos(embeds, class_embeds)` over fixed class embeddings `[C, E]`.
+    """
 
     encoder: EncoderConfig
     image_size: int
@@ -65,6 +70,11 @@ class ViTConfig:
     pooler: bool = True
     pooler_activation: str = "tanh"
     num_labels: int = 0
+    projection_dim: int = 0
+
+    def __post_init__(self) -> None:
+        if self.projection_dim and not self.pooler:
+            raise ValueError("a ViT vision tower (projection_dim > 0) projects the pooler output")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +119,20 @@ class CLIPVisionTowerConfig:
         return self.vision.encoder
 
 
+@dataclasses.dataclass(frozen=True)
+class DualEncoderConfig:
+    """HF `VisionTextDualEncoderModel`: a ViT and a BERT, each pooled and projected to E.
+
+    `vision.projection_dim` is 0: the projections belong to the dual encoder, as in HF
+    (`visual_projection`, `text_projection`); `vision_tower` moves one into the tower.
+    """
+
+    vision: ViTConfig
+    text: BertConfig
+    projection_dim: int
+    logit_scale_init: float = 2.6592
+
+
 MemberConfig = BertConfig | ViTConfig | CLIPVisionTowerConfig
 
 
@@ -124,4 +148,6 @@ class HydraConfig:
     num_members: int
 
 
-ArchConfig = BertConfig | ViTConfig | CLIPConfig | CLIPVisionTowerConfig | HydraConfig
+ArchConfig = (
+    BertConfig | ViTConfig | CLIPConfig | CLIPVisionTowerConfig | DualEncoderConfig | HydraConfig
+)

@@ -14,6 +14,7 @@ from hydra_jax.models.config import (
     BertConfig,
     CLIPConfig,
     CLIPVisionTowerConfig,
+    DualEncoderConfig,
     EncoderConfig,
     HydraConfig,
     ViTConfig,
@@ -25,6 +26,7 @@ _INPUTS: dict[type, tuple[str, ...]] = {
     ViTConfig: ("pixel_values",),
     CLIPConfig: ("input_ids", "attention_mask", "pixel_values"),
     CLIPVisionTowerConfig: ("pixel_values",),
+    DualEncoderConfig: ("input_ids", "attention_mask", "token_type_ids", "pixel_values"),
 }
 PASSIVE_INPUTS = ("labels",)
 
@@ -45,7 +47,7 @@ def encoder_of(config: ArchConfig) -> EncoderConfig:
 
 def head_mask_encoders(config: ArchConfig) -> dict[str, EncoderConfig]:
     """Name of each head-mask argument -> the encoder it masks."""
-    if isinstance(config, CLIPConfig):
+    if isinstance(config, CLIPConfig | DualEncoderConfig):
         return {"text_head_mask": config.text.encoder, "vision_head_mask": config.vision.encoder}
     if isinstance(config, HydraConfig):
         return {}  # members are already pruned; the fused model takes no head mask
@@ -152,6 +154,10 @@ def check_inputs(config: ArchConfig, inputs: Mapping[str, Any]) -> None:
     elif isinstance(bert, CLIPConfig):
         _check_text(inputs, bert.text.vocab_size, bert.text.max_positions, None)
         vision = bert.vision
+        _check_pixels(inputs.get("pixel_values"), vision.image_size, vision.num_channels)
+    elif isinstance(bert, DualEncoderConfig):
+        text, vision = bert.text, bert.vision
+        _check_text(inputs, text.vocab_size, text.max_positions, text.type_vocab_size)
         _check_pixels(inputs.get("pixel_values"), vision.image_size, vision.num_channels)
     for name in ("head_mask", "text_head_mask", "vision_head_mask"):
         mask = inputs.get(name)

@@ -18,10 +18,12 @@ from hydra_jax.models.config import (
     BertConfig,
     CLIPConfig,
     CLIPVisionTowerConfig,
+    DualEncoderConfig,
     EncoderConfig,
     HydraConfig,
     ViTConfig,
 )
+from hydra_jax.models.dual_encoder import DualEncoder
 from hydra_jax.models.inputs import (
     PASSIVE_INPUTS,
     check_head_mask,
@@ -45,6 +47,8 @@ def _module(config: ArchConfig) -> nn.Module:
         return CLIP(config)
     if isinstance(config, CLIPVisionTowerConfig):
         return CLIPVision(config.vision, config.projection_dim, config.num_labels)
+    if isinstance(config, DualEncoderConfig):
+        return DualEncoder(config)
     raise TypeError(f"no module for {type(config).__name__}")
 
 
@@ -189,18 +193,21 @@ def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
     """The model with a freshly initialised `num_labels`-way classifier, replacing any it had.
 
     BERT/ViT: a dense layer initialised as `transformers` does (normal(0.02) kernel, zero bias);
-    for BERT it reads the tanh pooler, which must exist. CLIP vision tower: a zero-shot head of
-    random class embeddings `[C, E]` (normal(0.02)) and CLIP's initial logit scale; replace
-    `class_embeds` with prompt embeddings to classify zero-shot.
+    for BERT it reads the tanh pooler, which must exist. Vision towers (CLIP's, or a dual
+    encoder's ViT with `projection_dim`): a zero-shot head of random class embeddings `[C, E]`
+    (normal(0.02)) and CLIP's initial logit scale; `zero_shot` puts prompt embeddings there.
     """
     config = model.config
     if isinstance(config, BertConfig) and not config.pooler:
         raise ValueError("a BERT sequence classifier reads the pooler, which this model lacks")
-    if isinstance(config, BertConfig | ViTConfig):
+    zero_shot_vit = isinstance(config, ViTConfig) and config.projection_dim > 0
+    params = {k: v for k, v in model.params.items()
+              if k not in ("classifier", "class_embeds", "logit_scale")}  # fmt: skip
+    if isinstance(config, BertConfig | ViTConfig) and not zero_shot_vit:
         width = config.encoder.width
         kernel = 0.02 * jax.random.normal(rng, (width, num_labels), jnp.float32)
         head = {"classifier": {"kernel": kernel, "bias": jnp.zeros(num_labels)}}
-    elif isinstance(config, CLIPVisionTowerConfig):
+    elif isinstance(config, CLIPVisionTowerConfig) or zero_shot_vit:
         E = config.projection_dim
         head = {
             "class_embeds": 0.02 * jax.random.normal(rng, (num_labels, E), jnp.float32),
@@ -211,15 +218,23 @@ def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
             f"with_classifier takes BERT, ViT or CLIP vision-tower models, not "
             f"{type(config).__name__}"
         )
-    return Model(dataclasses.replace(config, num_labels=num_labels), {**model.params, **head})
+    return Model(dataclasses.replace(config, num_labels=num_labels), {**params, **head})
 
 
 def vision_tower(model: Model) -> Model:
-    """The vision tower of a CLIP model as a model of its own (shared weights, no copy)."""
-    if not isinstance(model.config, CLIPConfig):
-        raise TypeError(f"vision_tower takes a CLIP model, not {type(model.config).__name__}")
-    config = CLIPVisionTowerConfig(model.config.vision, model.config.projection_dim)
-    return Model(config, model.params["vision"])
+    """The vision tower of a CLIP model or a dual encoder as a model of its own: `embeds` are
+    the projected image embeddings (before normalisation); shared weights, no copy."""
+    config = model.config
+    if isinstance(config, CLIPConfig):
+        tower = CLIPVisionTowerConfig(config.vision, config.projection_dim)
+        return Model(tower, model.params["vision"])
+    if isinstance(config, DualEncoderConfig):
+        vit = dataclasses.replace(config.vision, num_labels=0, projection_dim=config.projection_dim)
+        params = {**model.params["vision_model"], "projection": model.params["visual_projection"]}
+        return Model(vit, params)
+    raise TypeError(
+        f"vision_tower takes a CLIP model or a dual encoder, not {type(config).__name__}"
+    )
 
 
 def dummy_inputs(config: ArchConfig) -> Mapping[str, jax.Array]:

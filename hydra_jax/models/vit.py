@@ -1,4 +1,5 @@
-"""ViT (pre-LN): conv patch embedding, CLS token, final LayerNorm, classifier on CLS."""
+"""ViT (pre-LN): conv patch embedding, CLS token, final LayerNorm, classifier on CLS (or, as a
+dual encoder's vision tower, a projection and a zero-shot classifier)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ from hydra_jax.models.encoder import (
     stack_attentions,
 )
 from hydra_jax.models.outputs import ModelOutput, Stem
+
+LOGIT_SCALE_INIT = 2.6592  # log(1 / 0.07), CLIP's initial temperature
+
+
+def normalise(x: jax.Array) -> jax.Array:
+    """`x / |x|` over the last axis (embeddings onto the unit sphere)."""
+    return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 
 
 def patch_conv(width: int, patch_size: int, use_bias: bool) -> nn.Conv:
@@ -52,7 +60,14 @@ class ViT(StagedEncoder):
         self.final_norm = LayerNorm(e.layer_norm_eps)
         if c.pooler:
             self.pooler = nn.Dense(e.width)
-        if c.num_labels:
+        if c.projection_dim:  # a dual encoder's vision tower
+            self.projection = nn.Dense(c.projection_dim, use_bias=False)
+        if c.num_labels and c.projection_dim:  # zero-shot: fixed class embeddings
+            init = nn.initializers.normal(0.02)
+            self.class_embeds = self.param("class_embeds", init, (c.num_labels, c.projection_dim))
+            scale = nn.initializers.constant(LOGIT_SCALE_INIT)
+            self.logit_scale = self.param("logit_scale", scale, ())
+        elif c.num_labels:
             self.classifier = nn.Dense(c.num_labels)
         self.Dropout_0 = nn.Dropout(e.dropout)  # the compact module's name: same RNG stream
 
@@ -65,12 +80,17 @@ class ViT(StagedEncoder):
         del deterministic  # no dropout after the encoder
         c = self.config
         x = self.final_norm(x)
-        pooled = logits = None
+        pooled = logits = embeds = None
         if c.pooler:
             pooled = ACTIVATIONS[c.pooler_activation](self.pooler(x[:, 0]))
-        if c.num_labels:
+        if c.projection_dim:
+            embeds = self.projection(pooled)  # [B, E]
+        if c.num_labels and c.projection_dim:  # [B, C]
+            cosine = normalise(embeds) @ normalise(self.class_embeds).T
+            logits = jnp.exp(self.logit_scale) * cosine
+        elif c.num_labels:
             logits = self.classifier(x[:, 0])  # [B, C]
-        return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits)
+        return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits, embeds=embeds)
 
     def __call__(
         self,

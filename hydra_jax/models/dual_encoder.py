@@ -1,0 +1,64 @@
+"""HF's `VisionTextDualEncoderModel`: a ViT and a BERT, pooled, projected, compared by cosine.
+
+`image_embeds = normalise(visual_projection(ViT pooler output))`, `text_embeds =
+normalise(text_projection(BERT pooler output))`, `logits_per_image = exp(logit_scale) *
+image_embeds @ text_embeds^T`: exactly `transformers`' computation, with CLIP's output names.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from hydra_jax.models.bert import Bert
+from hydra_jax.models.config import DualEncoderConfig
+from hydra_jax.models.encoder import HeadMask
+from hydra_jax.models.outputs import CLIPOutput
+from hydra_jax.models.vit import ViT, normalise
+
+
+class DualEncoder(nn.Module):
+    config: DualEncoderConfig
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        token_type_ids: jax.Array | None = None,
+        pixel_values: jax.Array | None = None,
+        *,
+        text_head_mask: HeadMask | None = None,
+        vision_head_mask: HeadMask | None = None,
+        output_attentions: bool = False,
+        deterministic: bool = True,
+    ) -> CLIPOutput:
+        """Either tower may run alone (`text_embeds` or `image_embeds`); logits need both."""
+        c = self.config
+        vision_model = ViT(c.vision, name="vision_model")
+        text_model = Bert(c.text, name="text_model")
+        visual_projection = nn.Dense(c.projection_dim, use_bias=False, name="visual_projection")
+        text_projection = nn.Dense(c.projection_dim, use_bias=False, name="text_projection")
+        logit_scale = self.param("logit_scale", nn.initializers.constant(c.logit_scale_init), ())
+        options = dict(output_attentions=output_attentions, deterministic=deterministic)
+        text = vision = None
+        if input_ids is not None:
+            text = text_model(input_ids, attention_mask, token_type_ids, head_mask=text_head_mask,
+                              **options)  # fmt: skip
+        if pixel_values is not None:
+            vision = vision_model(pixel_values, head_mask=vision_head_mask, **options)
+        if self.is_initializing() and (text is None or vision is None):
+            raise ValueError("dual encoder initialisation needs both input_ids and pixel_values")
+        out = CLIPOutput(
+            text_embeds=None if text is None else normalise(text_projection(text.pooler_output)),
+            image_embeds=None
+            if vision is None
+            else normalise(visual_projection(vision.pooler_output)),
+            text_model_output=text,
+            vision_model_output=vision,
+        )
+        if text is None or vision is None:
+            return out
+        logits_per_text = out.text_embeds @ out.image_embeds.T * jnp.exp(logit_scale)
+        return out.replace(logits_per_text=logits_per_text, logits_per_image=logits_per_text.T)

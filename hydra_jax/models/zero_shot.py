@@ -1,0 +1,72 @@
+"""Zero-shot classifiers from dual encoders (CLIP, or a ViT-BERT `VisionTextDualEncoderModel`).
+
+`zero_shot(model, class_names, templates, tokenizer)` returns the model's vision tower as a
+classifier `Model` whose logits are `exp(logit_scale) * cos(image embedding, class c's prompt
+ensemble)`: CLIP's recipe, each class's text embedding the normalised mean of its normalised
+prompt embeddings. The text side runs once, here; scoring, pruning, circuit search and fusion
+then treat the tower as any classifier.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from hydra_jax.models.config import CLIPConfig, DualEncoderConfig
+from hydra_jax.models.inputs import input_names
+from hydra_jax.models.model import Model, vision_tower
+from hydra_jax.models.vit import normalise
+
+# (texts) -> a padded batch: `input_ids` [B, T], `attention_mask` [B, T] (and, for BERT text
+# towers, optionally `token_type_ids`), e.g. `lambda t: hf_tokenizer(t, padding=True,
+# return_tensors="np")` or `hydra_jax.data.TextEncoder(...).pad`.
+Tokenizer = Callable[[list[str]], Mapping[str, Any]]
+
+
+def prompt_embeddings(
+    model: Model,
+    class_names: Sequence[str],
+    templates: Sequence[str],
+    tokenizer: Tokenizer,
+    batch_size: int = 64,
+) -> np.ndarray:
+    """Class embeddings `[C, E]`: per class, the normalised mean of its normalised prompt
+    embeddings (`template.format(name)` for every template)."""
+    if not class_names or not templates:
+        raise ValueError("zero-shot classification needs at least one class name and template")
+    bad = [t for t in templates if "{}" not in t]
+    if bad:
+        raise ValueError(f"templates must contain '{{}}' for the class name: {bad}")
+    texts = [t.format(name) for name in class_names for t in templates]
+    text_inputs = set(input_names(model.config)) - {"pixel_values"}
+    embeds = []
+    for start in range(0, len(texts), batch_size):
+        batch = tokenizer(texts[start : start + batch_size])
+        inputs = {k: np.asarray(v) for k, v in batch.items() if k in text_inputs}
+        embeds.append(np.asarray(model.apply(model.params, **inputs).text_embeds))
+    per_prompt = np.concatenate(embeds).reshape(len(class_names), len(templates), -1)
+    return np.asarray(normalise(jnp.asarray(per_prompt).mean(1)))  # [C, E]
+
+
+def zero_shot(
+    model: Model,
+    class_names: Sequence[str],
+    templates: Sequence[str],
+    tokenizer: Tokenizer,
+    batch_size: int = 64,
+) -> Model:
+    """The vision tower of `model` (CLIP or dual encoder) as a `len(class_names)`-way zero-shot
+    classifier over prompt-ensemble class embeddings, with the model's own logit scale."""
+    if not isinstance(model.config, CLIPConfig | DualEncoderConfig):
+        raise TypeError(
+            f"zero_shot takes a CLIP model or a dual encoder, not {type(model.config).__name__}"
+        )
+    tower = vision_tower(model)
+    class_embeds = prompt_embeddings(model, class_names, templates, tokenizer, batch_size)
+    config = dataclasses.replace(tower.config, num_labels=len(class_names))
+    head = {"class_embeds": jnp.asarray(class_embeds), "logit_scale": model.params["logit_scale"]}
+    return Model(config, {**tower.params, **head})

@@ -262,6 +262,27 @@ def ood(
     return {"auroc": auroc, "aupr": aupr, "fpr95": fpr95}
 
 
+def misclassification(
+    probs: np.ndarray, labels: np.ndarray, kind: OodScore = "msp"
+) -> dict[str, float]:
+    """Failure prediction: AUROC, AUPR and FPR95 for separating wrong predictions (positive)
+    from correct ones by the uncertainty score `kind` of `ood_score` (MSP: -max_c p_c).
+
+    Raises:
+      ValueError: every prediction is right, or every one is wrong (nothing to separate).
+    """
+    members = _member_probs(probs)
+    labels = np.asarray(labels)
+    wrong = members.mean(1).argmax(-1) != labels
+    if wrong.all() or not wrong.any():
+        raise ValueError(
+            f"misclassification detection needs right and wrong predictions; "
+            f"{int(wrong.sum())} of {wrong.size} are wrong"
+        )
+    scores = ood_score(members, kind)
+    return ood(scores[~wrong], scores[wrong])
+
+
 def auroc_difference(
     id_a: np.ndarray,
     ood_a: Sequence[np.ndarray],

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,11 @@ from hydra_jax.data import Dataset, epoch_batches
 from hydra_jax.models import Model
 
 logger = logging.getLogger(__name__)
+
+# `(params, batch, dropout key) -> (loss, accuracy)`, both scalars.
+Loss = Callable[[Any, dict[str, jax.Array], jax.Array], tuple[jax.Array, jax.Array]]
+# Which parameters train, by path (`("vision_model", "encoder", ...)`); the rest stay frozen.
+Trainable = Callable[[tuple[str, ...]], bool]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +84,11 @@ def _decay_mask(params: Any) -> Any:
     )
 
 
-def make_optimizer(settings: TrainSettings, total_steps: int) -> optax.GradientTransformation:
+def make_optimizer(
+    settings: TrainSettings, total_steps: int, trainable: Trainable | None = None
+) -> optax.GradientTransformation:
+    """AdamW with global-norm clipping, linear warm-up and decay; with `trainable`, parameters
+    it rejects get no update at all (no weight decay, no optimiser state)."""
     warmup = int(settings.warmup_fraction * total_steps)
     schedule = optax.join_schedules(
         [
@@ -87,10 +97,20 @@ def make_optimizer(settings: TrainSettings, total_steps: int) -> optax.GradientT
         ],
         [warmup],
     )
-    return optax.chain(
+    optimizer = optax.chain(
         optax.clip_by_global_norm(settings.max_grad_norm),
         optax.adamw(schedule, weight_decay=settings.weight_decay, mask=_decay_mask),
     )
+    if trainable is None:
+        return optimizer
+
+    def labels(params: Any) -> Any:
+        def label(path: tuple, _: Any) -> str:
+            return "train" if trainable(tuple(str(k.key) for k in path)) else "frozen"
+
+        return jax.tree_util.tree_map_with_path(label, params)
+
+    return optax.multi_transform({"train": optimizer, "frozen": optax.set_to_zero()}, labels)
 
 
 def schedule_length(num_examples: int, settings: TrainSettings) -> tuple[int, int]:
@@ -103,11 +123,8 @@ def schedule_length(num_examples: int, settings: TrainSettings) -> tuple[int, in
     return steps_per_epoch, max(1, int(settings.epochs * steps_per_epoch))
 
 
-def make_train_step(model: Model, optimizer: optax.GradientTransformation):
-    """`step(state, batch, dropout_key) -> (state, metrics)`, jitted with the state donated.
-
-    The seed enters only through the key, so ensemble members share one compiled step.
-    """
+def classification_loss(model: Model) -> Loss:
+    """Cross-entropy of the model's logits against `batch["labels"]`, and accuracy."""
 
     def loss_fn(params: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple:
         logits = model.apply(params, **batch, dropout_rng=key).logits  # [B, C] or [B, M, C]
@@ -117,6 +134,49 @@ def make_train_step(model: Model, optimizer: optax.GradientTransformation):
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
         accuracy = (logits.argmax(-1) == labels).mean()
         return loss, accuracy
+
+    return loss_fn
+
+
+def locked_text_contrastive_loss(model: Model, text_features: jax.Array) -> Loss:
+    """LiT-style contrastive loss for a dual encoder whose text tower is locked (frozen).
+
+    `text_features` `[C, P, D_text]`: the text tower's pooled outputs of P caption templates per
+    class, computed once. Each image is paired with a caption of its class under a template drawn
+    from the step's key (so a resumed run draws the same captions); the projected, normalised
+    pairs give CLIP's logits `[B, B]`. Images of one class share captions, so the targets are
+    uniform over same-class partners (every row has its own pair), in both directions.
+    Accuracy: the share of images whose best-scoring caption is of their class.
+    """
+    text_features = jnp.asarray(text_features)
+    C, P, _ = text_features.shape
+
+    def loss_fn(params: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple:
+        images = model.apply(params, pixel_values=batch["pixel_values"], dropout_rng=key)
+        labels = batch["labels"]
+        template = jax.random.randint(jax.random.fold_in(key, C), labels.shape, 0, P)
+        captions = text_features[labels, template] @ params["text_projection"]["kernel"]
+        captions = captions / jnp.linalg.norm(captions, axis=-1, keepdims=True)  # [B, E]
+        logits = jnp.exp(params["logit_scale"]) * images.image_embeds @ captions.T  # [B, B]
+        same = (labels[:, None] == labels[None, :]).astype(logits.dtype)
+        targets = same / same.sum(-1, keepdims=True)  # symmetric pattern: rows serve both ways
+        loss = (optax.softmax_cross_entropy(logits, targets).mean()
+                + optax.softmax_cross_entropy(logits.T, targets).mean()) / 2  # fmt: skip
+        accuracy = same[jnp.arange(labels.shape[0]), logits.argmax(-1)].mean()
+        return loss, accuracy
+
+    return loss_fn
+
+
+def make_train_step(
+    model: Model, optimizer: optax.GradientTransformation, loss: Loss | None = None
+):
+    """`step(state, batch, dropout_key) -> (state, metrics)`, jitted with the state donated.
+
+    `loss` defaults to `classification_loss(model)`. The seed enters only through the key, so
+    ensemble members share one compiled step.
+    """
+    loss_fn = loss or classification_loss(model)
 
     def step(state: TrainState, batch: dict[str, jax.Array], key: jax.Array) -> tuple:
         (loss, accuracy), grads = jax.value_and_grad(loss_fn, has_aux=True)(
@@ -181,6 +241,8 @@ def fit(
     *,
     stop_after: int | None = None,
     step_fn: Any = None,
+    loss: Loss | None = None,
+    trainable: Trainable | None = None,
 ) -> Model:
     """Fine-tunes `model` on `train`, checkpointing to `workdir/checkpoints`, resuming if present.
 
@@ -191,6 +253,8 @@ def fit(
       workdir: where checkpoints and `metrics.jsonl` go.
       stop_after: stop (as if killed) once this many steps are done; for tests.
       step_fn: a `make_train_step` result to reuse (same model config and optimiser settings).
+      loss: the training objective (default: `classification_loss(model)`).
+      trainable: which parameters train (default: all); the others are left exactly as given.
 
     Returns:
       The model with fine-tuned parameters.
@@ -202,7 +266,7 @@ def fit(
     workdir = Path(workdir).absolute()
     steps_per_epoch, total_steps = schedule_length(len(train), settings)
     workdir.mkdir(parents=True, exist_ok=True)
-    optimizer = make_optimizer(settings, total_steps)
+    optimizer = make_optimizer(settings, total_steps, trainable)
     state = TrainState.create(model.params, optimizer)
     manager = ocp.CheckpointManager(
         workdir / "checkpoints",
@@ -212,7 +276,7 @@ def fit(
     start = int(state.step)
     log_file = workdir / "metrics.jsonl"
     _truncate_log(log_file, start)
-    step_fn = step_fn or make_train_step(model, optimizer)
+    step_fn = step_fn or make_train_step(model, optimizer, loss)
     base_key = jax.random.key(settings.seed)
     lengths = train.lengths
     epoch_cache: dict[int, list[np.ndarray]] = {}

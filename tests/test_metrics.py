@@ -95,6 +95,21 @@ def test_logits_and_unnormalised_rows_are_refused_with_a_softmax_hint():
     assert metrics.classification(float32, HAND_LABELS)["acc"] == pytest.approx(0.75)
 
 
+def test_misclassification_detection_matches_sklearn_with_wrong_positive():
+    rng = np.random.default_rng(4)
+    members = rng.dirichlet(np.ones(5) * 0.5, size=(200, 3))  # [B, M, C]
+    labels = rng.integers(0, 5, 200)
+    p = members.mean(1)
+    wrong = (p.argmax(-1) != labels).astype(float)
+    m = metrics.misclassification(members, labels)
+    assert m["auroc"] == pytest.approx(roc_auc_score(wrong, -p.max(-1)), abs=1e-12)
+    assert m["aupr"] == pytest.approx(average_precision_score(wrong, -p.max(-1)), abs=1e-12)
+    fpr, tpr, _ = roc_curve(wrong, -p.max(-1), drop_intermediate=False)
+    assert m["fpr95"] == pytest.approx(fpr[np.argmax(tpr >= 0.95)])
+    with pytest.raises(ValueError, match="right and wrong"):
+        metrics.misclassification(np.eye(5)[labels], labels)
+
+
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_auroc_and_aupr_match_sklearn(seed, ties):

@@ -6,6 +6,7 @@
 | `pruning` | nothing (checks the base run) | pruning curves of the base model |
 | `hydra` | member head sets, member fine-tuning, fusion | Hydras beside the baselines |
 | `ablations` | members per ensemble size and head-set strategy | averaged vs per-member MLPs |
+| `zero_shot` | a dual encoder (locked text), zero-shot member head sets | zero-shot Hydras |
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import ml_collections
 
-from hydra_jax.experiments import ablations, baselines, common, hydra, pruning
+from hydra_jax.experiments import ablations, baselines, common, hydra, pruning, zero_shot
 
 Stage = Callable[[ml_collections.ConfigDict, Path], Any]
 
@@ -25,6 +26,7 @@ EXPERIMENTS: dict[str, tuple[Stage, Stage]] = {
     "pruning": (pruning.train, pruning.evaluate),
     "hydra": (hydra.train, hydra.evaluate),
     "ablations": (ablations.train, ablations.evaluate),
+    "zero_shot": (zero_shot.train, zero_shot.evaluate),
 }
 
 
@@ -35,4 +37,6 @@ def stages(config: ml_collections.ConfigDict) -> tuple[Stage, Stage]:
     return EXPERIMENTS[config.experiment]
 
 
-__all__ = ["EXPERIMENTS", "ablations", "baselines", "common", "hydra", "pruning", "stages"]
+__all__ = [
+    "EXPERIMENTS", "ablations", "baselines", "common", "hydra", "pruning", "stages", "zero_shot",
+]  # fmt: skip

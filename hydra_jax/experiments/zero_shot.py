@@ -1,0 +1,213 @@
+"""Zero-shot Hydra on a dual encoder: circuits in the vision tower, fused with no training.
+
+`train(config, workdir)`:
+  1. a `VisionTextDualEncoderModel` (a ViT from scratch, the real all-MiniLM-L6-v2 as the text
+     tower, locked) trained contrastively on the Fashion-MNIST classes not held out, with
+     captions from `config.templates`; published as an HF directory `workdir/hf/dual_encoder`
+     (with MiniLM's tokenizer files and the image processor's config);
+  2. from that directory, `hj.zero_shot` over all classes (prompt ensembles of the same
+     templates), and member head sets: `circuit` (HeadMap search, member m with objective
+     `circuit.objectives[m]` on its own uncertainty-validation subset) and `taylor` (HIS on its
+     own calibration subset). Validation and calibration images come from the seen classes only,
+     so nothing about a held-out class reaches the model, not even through head selection.
+`evaluate(config, workdir)`: `single` (the zero-shot classifier), `pruned_circuit` (member 0 of
+the circuit Hydra alone: the single circuit, our CircAvg), `hydra_taylor`, `hydra_circuit`
+(members fused, no training); the usual metrics and costs, then accuracy, NLL and ECE on the
+seen and held-out classes separately, and misclassification detection (wrong = positive).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+
+from hydra_jax import ensembles, metrics
+from hydra_jax.convert import from_pretrained
+from hydra_jax.data import TextEncoder, labelled_batches, subset, uncertainty_batches
+from hydra_jax.data import concat_all as concat
+from hydra_jax.evaluation import Method, logits_forward
+from hydra_jax.experiments import common
+from hydra_jax.models import DualEncoderConfig, Model, zero_shot
+from hydra_jax.training import TrainSettings, fit, locked_text_contrastive_loss
+
+# Fashion-MNIST's classes as captions name them (label order of the dataset).
+CLASS_NAMES = (
+    "t-shirt", "trouser", "pullover", "dress", "coat",
+    "sandal", "shirt", "sneaker", "bag", "ankle boot",
+)  # fmt: skip
+STRATEGIES = ("taylor", "circuit")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
+                   "special_tokens_map.json")  # fmt: skip
+
+
+def hf_dir(workdir: Path) -> Path:
+    return Path(workdir) / "hf" / "dual_encoder"
+
+
+def seen_classes(config: ml_collections.ConfigDict) -> np.ndarray:
+    unknown = sorted(set(config.held_out) - set(CLASS_NAMES))
+    if unknown:
+        raise ValueError(f"held_out names unknown classes {unknown}; classes: {CLASS_NAMES}")
+    return np.array([i for i, n in enumerate(CLASS_NAMES) if n not in config.held_out])
+
+
+def only_seen(config: ml_collections.ConfigDict, dataset: Any) -> Any:
+    return dataset.take(np.nonzero(np.isin(dataset.labels, seen_classes(config)))[0])
+
+
+def initial_model(config: ml_collections.ConfigDict) -> Model:
+    """A random ViT and projections beside the real MiniLM text tower (its pooler included)."""
+    text = common.base_model(config)
+    vision = dataclasses.replace(common.scratch_config(config), pooler=True, num_labels=0)
+    dual = DualEncoderConfig(vision, dataclasses.replace(text.config, num_labels=0),
+                             config.projection_dim)  # fmt: skip
+    fresh = Model.init(dual, jax.random.key(1000 * config.seed))
+    return Model(dual, {**fresh.params, "text_model": text.params})
+
+
+def text_features(model: Model, encoder: TextEncoder, templates: Any) -> np.ndarray:
+    """The locked text tower's pooled outputs of every caption `[C, P, D_text]`."""
+    captions = [t.format(name) for name in CLASS_NAMES for t in templates]
+    pooled = model.apply(model.params, **encoder.pad(captions)).text_model_output.pooler_output
+    return np.asarray(pooled).reshape(len(CLASS_NAMES), len(templates), -1)
+
+
+def classifier(config: ml_collections.ConfigDict, workdir: Path) -> Model:
+    """The published dual encoder as a zero-shot classifier over every class."""
+    path = hf_dir(workdir)
+    encoder = TextEncoder(path, config.data.max_tokens)
+    return zero_shot(from_pretrained(path), CLASS_NAMES, config.templates, encoder.pad)
+
+
+def head_sets(config: ml_collections.ConfigDict, single: Model, strategy: str) -> np.ndarray:
+    """Member head sets `[M, L, N]` from seen-class validation images (member m: seed m)."""
+    M, size = config.num_members, config.eval.batch_size
+    n = single.config.encoder.num_heads[0] // M
+    id_val = only_seen(config, common.load_split(config, config.data.id_set, "validation"))
+    seeds = [1000 * config.seed + m for m in range(M)]
+    if strategy == "taylor":
+        calibration = [labelled_batches(id_val, config.calibration_size, s, size) for s in seeds]
+        return ensembles.taylor_head_sets(single, calibration, n)
+    if strategy == "circuit":
+        ood_val = concat([common.load_split(config, name, "validation")
+                          for name in config.data.ood_sets])  # fmt: skip
+        half = config.circuit.examples // 2
+        sets = [uncertainty_batches(subset(id_val, half, s), subset(ood_val, half, s), size)
+                for s in seeds]  # fmt: skip
+        return ensembles.circuit_head_sets(single, sets, config.circuit.objectives, n)
+    raise ValueError(f"unknown zero-shot member strategy {strategy!r}; use {STRATEGIES}")
+
+
+def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
+    """Trains and publishes the dual encoder (resuming), then finds the member head sets."""
+    workdir = Path(workdir)
+    common.claim_workdir(config, workdir)
+    stages: dict[str, float] = {}
+    if not (hf_dir(workdir) / "config.json").is_file():
+        start = time.perf_counter()
+        model = initial_model(config)
+        encoder = common.text_encoder(config)
+        features = text_features(model, encoder, config.templates)
+        train_set = only_seen(config, common.load_split(config, config.data.id_set, "train",
+                                                         config.data.train_limit))  # fmt: skip
+        settings = TrainSettings(**config.train.to_dict(), seed=1000 * config.seed)
+        trained = fit(model, train_set, settings, workdir / "training",
+                      loss=locked_text_contrastive_loss(model, features),
+                      trainable=lambda path: path[0] != "text_model")  # fmt: skip
+        common.publish(config, trained, hf_dir(workdir))
+        for name in TOKENIZER_FILES:  # the text tower's own tokenizer travels with it
+            source = common.checkpoint_dir(config) / name
+            if source.is_file():
+                shutil.copy(source, hf_dir(workdir) / name)
+        stages["train dual encoder"] = time.perf_counter() - start
+    single = classifier(config, workdir)
+    record = {}
+    for strategy in STRATEGIES:
+        start = time.perf_counter()
+        record[strategy] = head_sets(config, single, strategy).astype(int).tolist()
+        stages[f"{strategy}: head sets"] = time.perf_counter() - start
+    (workdir / "head_sets.json").write_text(json.dumps(record))
+    previous = common.read_json(workdir / "train_timings.json", {})
+    (workdir / "train_timings.json").write_text(json.dumps({**previous, **stages}, indent=2))
+    return record
+
+
+def methods(config: ml_collections.ConfigDict, workdir: Path) -> list[Method]:
+    single = classifier(config, workdir)
+    sets = json.loads((workdir / "head_sets.json").read_text())
+    members = {s: ensembles.members_from(single, np.array(sets[s], bool)) for s in STRATEGIES}
+    models = {
+        "single": single,
+        "pruned_circuit": members["circuit"][0],
+        "hydra_taylor": ensembles.fuse(members["taylor"]),
+        "hydra_circuit": ensembles.fuse(members["circuit"]),
+    }
+    unknown = sorted(set(config.methods) - set(models))
+    if unknown:
+        raise ValueError(f"unknown zero-shot methods {unknown}; known: {sorted(models)}")
+    return [Method(n, logits_forward(models[n]), models[n].params) for n in config.methods]
+
+
+def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
+    workdir = Path(workdir)
+    common.check_workdir(config, workdir)
+    if not (workdir / "head_sets.json").is_file():
+        raise common.WorkdirError(f"{workdir} has no head sets yet: run train.py on it first")
+    start = time.perf_counter()
+    to_evaluate = methods(config, workdir)
+    study = common.load_data(config)
+    stages = {"load": time.perf_counter() - start}
+    stages.update(common.read_json(workdir / "train_timings.json", {}))
+    results = common.evaluate_methods(config, workdir, to_evaluate, study, stages)
+    held_out = ~np.isin(study.test.labels, seen_classes(config))
+    if held_out.all() or not held_out.any():
+        raise ValueError("the ID test set needs images of both seen and held-out classes")
+    for method in to_evaluate:
+        predictions = np.load(workdir / "predictions" / f"{method.name}.npz")
+        probs, labels = predictions["id_probs"], predictions["labels"]
+        results["methods"][method.name]["zero_shot"] = {
+            "seen": metrics.classification(probs[~held_out], labels[~held_out]),
+            "held_out": metrics.classification(probs[held_out], labels[held_out]),
+            "misclassification": metrics.misclassification(probs, labels),
+        }
+    (workdir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
+    with (workdir / "report.md").open("a") as report:
+        report.write(markdown(results, config))
+    return results
+
+
+def markdown(results: dict[str, Any], config: ml_collections.ConfigDict) -> str:
+    """The zero-shot tables: seen vs held-out classes, and misclassification detection."""
+    held = ", ".join(config.held_out)
+    lines = [
+        "",
+        f"## Zero-shot: seen classes vs held out ({held}; never in training)",
+        "",
+        "| method | seen acc % | seen NLL | seen ECE % | held-out acc % | held-out NLL "
+        "| held-out ECE % |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results["methods"].items():
+        s, h = r["zero_shot"]["seen"], r["zero_shot"]["held_out"]
+        cells = [f"{100 * x['acc']:.2f} | {x['nll']:.4f} | {100 * x['ece']:.2f}" for x in (s, h)]
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    lines += [
+        "",
+        "## Misclassification detection (MSP; wrong predictions are positive), ID test, %",
+        "",
+        "| method | AUROC | AUPR | FPR95 |",
+        "|---|---|---|---|",
+    ]
+    for name, r in results["methods"].items():
+        m = r["zero_shot"]["misclassification"]
+        lines.append(f"| {name} | {100 * m['auroc']:.2f} | {100 * m['aupr']:.2f} "
+                     f"| {100 * m['fpr95']:.2f} |")  # fmt: skip
+    return "\n".join(lines) + "\n"

@@ -15,7 +15,7 @@ FASHION_MNIST := $(DATA)/downloads/debian/usr/share/datasets/fashion-mnist/t10k-
 # about 24% faster on our 2-core machine (bench/allocator.py; README, "Benchmarks").
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 
-.PHONY: setup test lint bench smoke baselines prune hydra demo demo-seeds vision clean
+.PHONY: setup test lint bench smoke baselines prune hydra demo demo-seeds vision zero-shot clean
 
 setup: $(STAMP) $(SOURCE) $(WHEELS) $(FASHION_MNIST)
 
@@ -58,7 +58,9 @@ bench: setup
 # text (configs/minilm_mr.py:demo, configs/hydra_minilm_mr.py:demo): fine-tune single + deep
 # ensemble, build Hydra-Taylor and Hydra-Circuit, evaluate the paper's rows;
 # vision (configs/vit_fmnist.py:demo, configs/hydra_vit_fmnist.py:demo): train 3 ViTs from
-# scratch, publish them as HF directories, the same rows, with dataset shift.
+# scratch, publish them as HF directories, the same rows, with dataset shift;
+# zero-shot (configs/zero_shot_fmnist.py:demo): a ViT-MiniLM dual encoder trained with the text
+# tower locked on 7 classes, zero-shot circuits fused with no training, seen vs held-out classes.
 # SEED=S runs study seed S (workdirs suffixed _seedS); `make demo-seeds` runs seeds 0, 1, 2.
 SEED ?= 0
 SUFFIX := $(if $(filter 0,$(SEED)),,_seed$(SEED))
@@ -71,7 +73,10 @@ demo: setup
 	$(BIN)/python train.py --config configs/vit_fmnist.py:$(VARIANT) --workdir runs/demo_vit$(SUFFIX)
 	$(BIN)/python train.py --config configs/hydra_vit_fmnist.py:$(VARIANT) --workdir runs/demo_vit_hydra$(SUFFIX)
 	$(BIN)/python evaluate.py --config configs/hydra_vit_fmnist.py:$(VARIANT) --workdir runs/demo_vit_hydra$(SUFFIX)
-	cat runs/demo$(SUFFIX)/report.md runs/demo_vit_hydra$(SUFFIX)/report.md > runs/demo_report$(SUFFIX).md
+	$(BIN)/python train.py --config configs/zero_shot_fmnist.py:$(VARIANT) --workdir runs/demo_zero_shot$(SUFFIX)
+	$(BIN)/python evaluate.py --config configs/zero_shot_fmnist.py:$(VARIANT) --workdir runs/demo_zero_shot$(SUFFIX)
+	cat runs/demo$(SUFFIX)/report.md runs/demo_vit_hydra$(SUFFIX)/report.md \
+		runs/demo_zero_shot$(SUFFIX)/report.md > runs/demo_report$(SUFFIX).md
 
 # The demo over study seeds 0, 1, 2, then mean +- std and pooled bootstrap intervals per study.
 PAIRS := hydra_circuit:deep_ensemble,hydra_taylor:deep_ensemble
@@ -83,6 +88,9 @@ demo-seeds: setup
 		--out runs/demo_seeds_text.md
 	$(BIN)/python seeds.py --workdirs runs/demo_vit_hydra,runs/demo_vit_hydra_seed1,runs/demo_vit_hydra_seed2 \
 		--pairs $(PAIRS) --out runs/demo_seeds_vision.md
+	$(BIN)/python seeds.py --workdirs runs/demo_zero_shot,runs/demo_zero_shot_seed1,runs/demo_zero_shot_seed2 \
+		--pairs hydra_circuit:single,hydra_taylor:single,pruned_circuit:single \
+		--out runs/demo_seeds_zero_shot.md
 
 # About a minute: the uncertainty baselines on real data cut to a few hundred sentences.
 smoke: setup
@@ -111,6 +119,11 @@ vision: setup
 	$(BIN)/python evaluate.py --config configs/prune_vit_fmnist.py --workdir runs/prune_vit_fmnist
 	$(BIN)/python train.py --config configs/ablate_vit_fmnist.py --workdir runs/ablate_vit_fmnist
 	$(BIN)/python evaluate.py --config configs/ablate_vit_fmnist.py --workdir runs/ablate_vit_fmnist
+
+# The zero-shot study at full budget (configs/zero_shot_fmnist.py; README, "Zero-shot").
+zero-shot: setup
+	$(BIN)/python train.py --config configs/zero_shot_fmnist.py --workdir runs/zero_shot_fmnist
+	$(BIN)/python evaluate.py --config configs/zero_shot_fmnist.py --workdir runs/zero_shot_fmnist
 
 clean:
 	rm -rf $(VENV)

@@ -31,8 +31,7 @@ import numpy as np
 
 from hydra_jax import ensembles, metrics
 from hydra_jax.convert import from_pretrained
-from hydra_jax.data import TextEncoder, labelled_batches, subset, uncertainty_batches
-from hydra_jax.data import concat_all as concat
+from hydra_jax.data import TextEncoder, concat_all, labelled_batches, subset, uncertainty_batches
 from hydra_jax.evaluation import Method, logits_forward
 from hydra_jax.experiments import common
 from hydra_jax.models import DualEncoderConfig, Model, zero_shot
@@ -97,7 +96,7 @@ def head_sets(config: ml_collections.ConfigDict, single: Model, strategy: str) -
         calibration = [labelled_batches(id_val, config.calibration_size, s, size) for s in seeds]
         return ensembles.taylor_head_sets(single, calibration, n)
     if strategy == "circuit":
-        ood_val = concat([common.load_split(config, name, "validation")
+        ood_val = concat_all([common.load_split(config, name, "validation")
                           for name in config.data.ood_sets])  # fmt: skip
         half = config.circuit.examples // 2
         sets = [uncertainty_batches(subset(id_val, half, s), subset(ood_val, half, s), size)

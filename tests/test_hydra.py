@@ -1,5 +1,5 @@
 """Fused Hydra == its members for every family; member strategies; circuit search == a naive
-reference (BERT and a CLIP vision tower)."""
+reference (BERT, a CLIP vision tower and a dual encoder's zero-shot ViT tower)."""
 
 from __future__ import annotations
 
@@ -46,8 +46,9 @@ def base():
 
 @pytest.fixture(scope="module")
 def vision_models():
-    """A ViT classifier (pre-LN, pooler) and a CLIP vision tower with a zero-shot head, each of
-    2 layers (L != M != N here too)."""
+    """A ViT classifier (pre-LN, pooler), a CLIP vision tower with a zero-shot head and a
+    ViT-BERT dual encoder's vision tower with a zero-shot head, each of 2 layers (L != M != N
+    here too)."""
     vit = ViTConfig(EncoderConfig((N,) * 2, N * 3, 3, 13, "gelu", 1e-6, pre_norm=True), 8, 4,
                     num_channels=2, num_labels=5)  # fmt: skip
     tower = CLIPVisionTowerConfig(
@@ -55,7 +56,13 @@ def vision_models():
                          num_channels=3),
         projection_dim=7,
     )  # fmt: skip
+    dual = hj.models.DualEncoderConfig(
+        ViTConfig(EncoderConfig((N,) * 2, N * 2, 2, 9, "gelu", 1e-12, True), 6, 3, 1),
+        BertConfig(EncoderConfig((2,), 4, 2, 6, "gelu", 1e-12, False), 11, 8, 2),
+        projection_dim=5,
+    )  # fmt: skip
     rng = np.random.default_rng(5)
+    dual_tower = hj.vision_tower(hj.Model.init(dual, jax.random.key(6)))
     return {
         "vit": (
             sharpened(hj.Model.init(vit, jax.random.key(2)), 3.0),
@@ -65,6 +72,10 @@ def vision_models():
             sharpened(with_classifier(hj.Model.init(tower, jax.random.key(3)), 4,
                                       jax.random.key(4)), 3.0),
             {"pixel_values": rng.normal(size=(5, 3, 6, 6)).astype(np.float32)},
+        ),
+        "dual_tower": (
+            sharpened(with_classifier(dual_tower, 4, jax.random.key(7)), 3.0),
+            {"pixel_values": rng.normal(size=(5, 1, 6, 6)).astype(np.float32)},
         ),
     }  # fmt: skip
 
@@ -129,7 +140,7 @@ def test_fuse_refuses_unequal_members(base, head_sets):
         hydra.fuse(hydra.members_from(model, head_sets[:1]))
 
 
-@pytest.mark.parametrize("family", ["vit", "tower"])
+@pytest.mark.parametrize("family", ["vit", "tower", "dual_tower"])
 def test_fused_vision_members_equal_members_run_alone(vision_models, family):
     """One fused encoder for every family: pre-LN, the family's own embedding and head."""
     model, batch = vision_models[family]
@@ -140,13 +151,13 @@ def test_fused_vision_members_equal_members_run_alone(vision_models, family):
     assert out.logits.shape == (5, M, model.config.num_labels)
     # A tower's logits are exp(logit_scale) (14.3 here) times a cosine: 1e-5 holds for the
     # cosine; on the logits float32 rounding alone reaches 2e-5 (float64: exactly equal).
-    scale = float(np.exp(model.params["logit_scale"])) if family == "tower" else 1.0
+    scale = float(np.exp(model.params["logit_scale"])) if family != "vit" else 1.0
     for m, member in enumerate(members):
         alone = member(**batch)
         np.testing.assert_allclose(out.logits[:, m] / scale, alone.logits / scale, atol=1e-5)
         masked = model(**batch, head_mask=sets[m].astype(np.float32)).logits
         np.testing.assert_allclose(out.logits[:, m] / scale, masked / scale, atol=1e-5)
-    if family == "tower":  # the projected embeddings too
+    if family != "vit":  # the projected embeddings too
         np.testing.assert_allclose(out.embeds[:, 1], members[1](**batch).embeds, atol=1e-5)
 
 
@@ -238,10 +249,13 @@ def test_circuit_search_equals_naive_reference(base, uncertainty_set, objective)
     np.testing.assert_array_equal(keep, naive_circuit(model, uncertainty_set, 2, objective))
 
 
-def test_circuit_search_on_a_vision_tower_equals_naive_reference(vision_models):
-    tower, _ = vision_models["tower"]
+@pytest.mark.parametrize("family", ["tower", "dual_tower"])
+def test_circuit_search_on_a_vision_tower_equals_naive_reference(vision_models, family):
+    tower, batch = vision_models[family]
+    channels = batch["pixel_values"].shape[1]
     rng = np.random.default_rng(8)
-    pixels = [rng.normal(0.5 * (i >= 9), 1, (3, 6, 6)).astype(np.float32) for i in range(15)]
+    pixels = [rng.normal(0.5 * (i >= 9), 1, (channels, 6, 6)).astype(np.float32)
+              for i in range(15)]  # fmt: skip
     batches = [{"pixel_values": np.stack(pixels[i : i + 6])} for i in range(0, 15, 6)]
     data = UncertaintyBatches(batches, np.arange(15) >= 9, rng.integers(0, 4, 15))
     keep = circuit_search(tower, data, keep_per_layer=2, objective="avg")

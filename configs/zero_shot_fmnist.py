@@ -12,8 +12,8 @@ OOD: MNIST digits, 8x8 digits, photo patches (as in the vision study).
     python train.py --config configs/zero_shot_fmnist.py --workdir runs/zero_shot_fmnist
     python evaluate.py --config configs/zero_shot_fmnist.py --workdir runs/zero_shot_fmnist
 
-`demo` variant (`make demo`): 8,000 training images (those of seen classes), 2 epochs; 600 test
-images, 300 of each OOD set; circuit search on 128 validation images per member. `smoke`: a tiny
+`demo` variant (`make demo`): 6,400 training images (those of seen classes), 2 epochs; 500 test
+images, 250 of each OOD set; circuit search on 128 validation images per member. `smoke`: a tiny
 ViT on a few hundred images. A study seed S is the suffix `,S`.
 """
 
@@ -68,7 +68,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     )
     if variant == "demo":
         c.title += " (demo)"
-        c.data.update(train_limit=8000, eval_limit=600, ood_limit=300)
+        c.data.update(train_limit=6400, eval_limit=500, ood_limit=250)
         c.train.epochs = 2.0
         c.circuit.examples = 128
         c.eval.latency_repeats = 3

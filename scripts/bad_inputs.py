@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gzip
 import io
 import json
@@ -42,6 +43,7 @@ from hydra_jax.models import (  # noqa: E402
     CLIPConfig,
     CLIPTextConfig,
     CLIPVisionConfig,
+    DualEncoderConfig,
     EncoderConfig,
     ViTConfig,
     with_classifier,
@@ -634,8 +636,61 @@ def cases(tmp: Path) -> list[Case]:
             V,
             "severity must be one of",
         ),
+        *_zero_shot_cases(bert, vit),
     ]
     return out
+
+
+def _zero_shot_cases(bert: hj.Model, vit: hj.Model) -> list[Case]:
+    """Dual encoders and zero-shot classifiers."""
+    from hydra_jax.experiments import zero_shot
+
+    vision = dataclasses.replace(vit.config, num_labels=0)
+    text = dataclasses.replace(bert.config, num_labels=0)
+    dual = hj.Model.init(DualEncoderConfig(vision, text, 5), jax.random.key(4))
+
+    def tokenize(texts: list[str]) -> dict[str, np.ndarray]:
+        return {"input_ids": np.ones((len(texts), 3), np.int32)}
+
+    config = ml_collections.ConfigDict({"held_out": ("trousers",)})
+    return [
+        (
+            "zero-shot template without {}",
+            lambda: hj.zero_shot(dual, ["a", "b"], ["a photo"], tokenize),
+            ValueError,
+            "templates must contain",
+        ),
+        (
+            "zero-shot on a classifier",
+            lambda: hj.zero_shot(bert, ["a", "b"], ["a {}"], tokenize),
+            TypeError,
+            "takes a CLIP model or a dual encoder",
+        ),
+        (
+            "export a dual encoder's vision tower as a ViT",
+            lambda: hj.save_pretrained(hj.vision_tower(dual), Path(tempfile.mkdtemp())),
+            hj.ConversionError,
+            "belongs to its dual encoder",
+        ),
+        (
+            "vision tower projecting a missing pooler",
+            lambda: dataclasses.replace(vision, pooler=False, projection_dim=4),
+            ValueError,
+            "projects the pooler output",
+        ),
+        (
+            "held-out class that does not exist",
+            lambda: zero_shot.seen_classes(config),
+            ValueError,
+            "held_out names unknown classes ['trousers']",
+        ),
+        (
+            "misclassification detection with no mistakes",
+            lambda: metrics.misclassification(np.eye(3), np.arange(3)),
+            ValueError,
+            "needs right and wrong predictions",
+        ),
+    ]
 
 
 def _without_fashion_mnist(tmp: Path) -> object:

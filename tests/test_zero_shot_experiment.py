@@ -16,6 +16,7 @@ import pytest
 
 import hydra_jax as hj
 from hydra_jax import metrics
+from hydra_jax.evaluation import seeds
 from hydra_jax.experiments import zero_shot
 from hydra_jax.training import locked_text_contrastive_loss
 
@@ -69,6 +70,14 @@ def test_zero_shot_metrics_are_recomputable(run):
     report = (workdir / "report.md").read_text()
     assert "## Zero-shot: seen classes vs held out" in report
     assert "## Misclassification detection" in report
+
+
+def test_seed_summary_carries_the_zero_shot_columns(run):
+    _, _, results = run
+    summary = seeds.summarize([results, results])
+    single = results["methods"]["single"]["zero_shot"]
+    assert summary["single"]["held-out acc %"] == (100 * single["held_out"]["acc"], 0.0)
+    assert summary["single"]["misclass. AUROC %"][0] == 100 * single["misclassification"]["auroc"]
 
 
 def test_contrastive_loss_equals_a_hand_computation():

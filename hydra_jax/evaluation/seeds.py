@@ -22,6 +22,12 @@ HEADLINE = (
     ("OOD FPR95 %", ("ood", "mean", "fpr95"), 100),
 )
 SHIFT = (("shift acc %", "acc", 100), ("shift NLL", "nll", 1), ("shift ECE %", "ece", 100))
+# Zero-shot studies add the held-out classes and misclassification detection.
+ZERO_SHOT = (
+    ("seen acc %", ("seen", "acc"), 100),
+    ("held-out acc %", ("held_out", "acc"), 100),
+    ("misclass. AUROC %", ("misclassification", "auroc"), 100),
+)
 
 
 def load_results(workdirs: Sequence[Path]) -> list[dict[str, Any]]:
@@ -45,6 +51,8 @@ def headline(result: dict[str, Any]) -> dict[str, float]:
         row[label] = scale * value
     for label, key, scale in SHIFT if "shift" in result else ():
         row[label] = scale * float(np.mean([s[key] for s in result["shift"].values()]))
+    for label, (part, key), scale in ZERO_SHOT if "zero_shot" in result else ():
+        row[label] = scale * result["zero_shot"][part][key]
     return row
 
 

@@ -28,6 +28,7 @@ from configs import (  # noqa: E402
     minilm_mr,
     prune_minilm_mr,
     vit_fmnist,
+    zero_shot_fmnist,
 )
 
 L, N = 3, 4  # tiny: 3 layers of 4 heads (2 per member), width 20
@@ -145,9 +146,12 @@ def test_ood_limit_caps_only_the_ood_test_sets(synthetic_data_dir, tiny_checkpoi
 @pytest.mark.parametrize(
     ("module", "budget"),
     [
-        (minilm_mr, {"train.epochs", "data.train_limit", "data.eval_limit", "data.ood_limit"}),
+        (minilm_mr, {"train.epochs", "data.train_limit", "data.eval_limit", "data.ood_limit",
+                     "data.max_tokens", "eval.latency_repeats"}),
         (vit_fmnist, {"train.epochs", "data.train_limit", "data.eval_limit", "data.ood_limit",
-                      "data.shift_limit"}),
+                      "data.shift_limit", "eval.latency_repeats"}),
+        (zero_shot_fmnist, {"train.epochs", "data.train_limit", "data.eval_limit",
+                            "data.ood_limit", "circuit.examples", "eval.latency_repeats"}),
     ],
 )  # fmt: skip
 def test_demo_config_differs_from_the_default_only_in_its_budget(module, budget):

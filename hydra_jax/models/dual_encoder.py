@@ -42,22 +42,18 @@ class DualEncoder(nn.Module):
         text_projection = nn.Dense(c.projection_dim, use_bias=False, name="text_projection")
         logit_scale = self.param("logit_scale", nn.initializers.constant(c.logit_scale_init), ())
         options = dict(output_attentions=output_attentions, deterministic=deterministic)
-        text = vision = None
+        text = vision = text_embeds = image_embeds = None
         if input_ids is not None:
             text = text_model(input_ids, attention_mask, token_type_ids, head_mask=text_head_mask,
                               **options)  # fmt: skip
+            text_embeds = normalise(text_projection(text.pooler_output))  # [B_text, E]
         if pixel_values is not None:
             vision = vision_model(pixel_values, head_mask=vision_head_mask, **options)
+            image_embeds = normalise(visual_projection(vision.pooler_output))  # [B_image, E]
         if self.is_initializing() and (text is None or vision is None):
             raise ValueError("dual encoder initialisation needs both input_ids and pixel_values")
-        out = CLIPOutput(
-            text_embeds=None if text is None else normalise(text_projection(text.pooler_output)),
-            image_embeds=None
-            if vision is None
-            else normalise(visual_projection(vision.pooler_output)),
-            text_model_output=text,
-            vision_model_output=vision,
-        )
+        out = CLIPOutput(text_embeds=text_embeds, image_embeds=image_embeds,
+                         text_model_output=text, vision_model_output=vision)  # fmt: skip
         if text is None or vision is None:
             return out
         logits_per_text = out.text_embeds @ out.image_embeds.T * jnp.exp(logit_scale)

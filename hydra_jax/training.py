@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 from hydra_jax.data import Dataset, epoch_batches
 from hydra_jax.models import Model
+from hydra_jax.models.vit import normalise
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ def locked_text_contrastive_loss(model: Model, text_features: jax.Array) -> Loss
         labels = batch["labels"]
         template = jax.random.randint(jax.random.fold_in(key, C), labels.shape, 0, P)
         captions = text_features[labels, template] @ params["text_projection"]["kernel"]
-        captions = captions / jnp.linalg.norm(captions, axis=-1, keepdims=True)  # [B, E]
+        captions = normalise(captions)  # [B, E]
         logits = jnp.exp(params["logit_scale"]) * images.image_embeds @ captions.T  # [B, B]
         same = (labels[:, None] == labels[None, :]).astype(logits.dtype)
         targets = same / same.sum(-1, keepdims=True)  # symmetric pattern: rows serve both ways

@@ -37,7 +37,7 @@ def main() -> int:
     images, _ = data.load_images("fashion_mnist", "test", data.default_data_dir())
     pixels = data.to_pixels(images[: args.images])
     encoder = TextEncoder(args.path, max_tokens=32)
-    batch = encoder.pad([t.format(c) for c in CLASS_NAMES for t in templates])
+    batch = encoder.pad(hj.models.prompts(CLASS_NAMES, templates))
     ours = hj.from_pretrained(args.path)
     ref = transformers.VisionTextDualEncoderModel.from_pretrained(args.path).eval()
     with torch.no_grad():

@@ -23,7 +23,7 @@ import numpy as np
 
 from hydra_jax import ensembles
 from hydra_jax.convert.native import CONFIG_FILE, load_model, save_model
-from hydra_jax.data import concat_all, labelled_batches, subset, uncertainty_batches
+from hydra_jax.data import Dataset, concat_all, labelled_batches, subset, uncertainty_batches
 from hydra_jax.evaluation import Method, logits_forward
 from hydra_jax.experiments import baselines, common
 from hydra_jax.heads import UncertaintyBatches, his_and_entropy
@@ -35,21 +35,37 @@ from hydra_jax.training import TrainSettings, fit, make_optimizer, make_train_st
 PRUNED = ("taylor", "hies", "circuit")
 
 
-def uncertainty_sets(
-    config: ml_collections.ConfigDict, base: ml_collections.ConfigDict
-) -> list[UncertaintyBatches]:
-    """Per member m: half ID validation, half OOD validation (all OOD sets pooled), drawn with
-    member m's training seed."""
+def validation_sets(base: ml_collections.ConfigDict) -> tuple[Dataset, Dataset]:
+    """The study's ID validation split and its OOD validation splits pooled."""
     encoder = None if common.is_images(base) else common.text_encoder(base)
     id_val = common.load_split(base, base.data.id_set, "validation", encoder=encoder)
     ood_val = concat_all([common.load_split(base, n, "validation", encoder=encoder)
                           for n in base.data.ood_sets])  # fmt: skip
+    return id_val, ood_val
+
+
+def member_uncertainty_sets(
+    config: ml_collections.ConfigDict,
+    base: ml_collections.ConfigDict,
+    id_val: Dataset,
+    ood_val: Dataset,
+) -> list[UncertaintyBatches]:
+    """Per member m: `circuit.examples` / 2 ID and as many OOD validation examples, drawn with
+    member m's training seed."""
     half = config.circuit.examples // 2
     size = config.eval.batch_size
     return [
         uncertainty_batches(subset(id_val, half, seed), subset(ood_val, half, seed), size)
         for seed in (baselines.training_seed(base, m) for m in range(config.num_members))
     ]
+
+
+def uncertainty_sets(
+    config: ml_collections.ConfigDict, base: ml_collections.ConfigDict
+) -> list[UncertaintyBatches]:
+    """Per member m: half ID validation, half OOD validation (all OOD sets pooled), drawn with
+    member m's training seed."""
+    return member_uncertainty_sets(config, base, *validation_sets(base))
 
 
 def head_sets(

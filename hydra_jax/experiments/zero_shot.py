@@ -31,10 +31,10 @@ import numpy as np
 
 from hydra_jax import ensembles, metrics
 from hydra_jax.convert import from_pretrained
-from hydra_jax.data import TextEncoder, concat_all, labelled_batches, subset, uncertainty_batches
+from hydra_jax.data import TextEncoder, labelled_batches
 from hydra_jax.evaluation import Method, logits_forward
-from hydra_jax.experiments import common
-from hydra_jax.models import DualEncoderConfig, Model, zero_shot
+from hydra_jax.experiments import baselines, common, hydra
+from hydra_jax.models import DualEncoderConfig, Model, prompts, zero_shot
 from hydra_jax.training import TrainSettings, fit, locked_text_contrastive_loss
 
 # Fashion-MNIST's classes as captions name them (label order of the dataset).
@@ -68,13 +68,13 @@ def initial_model(config: ml_collections.ConfigDict) -> Model:
     vision = dataclasses.replace(common.scratch_config(config), pooler=True, num_labels=0)
     dual = DualEncoderConfig(vision, dataclasses.replace(text.config, num_labels=0),
                              config.projection_dim)  # fmt: skip
-    fresh = Model.init(dual, jax.random.key(1000 * config.seed))
+    fresh = Model.init(dual, jax.random.key(baselines.training_seed(config, 0)))
     return Model(dual, {**fresh.params, "text_model": text.params})
 
 
 def text_features(model: Model, encoder: TextEncoder, templates: Any) -> np.ndarray:
     """The locked text tower's pooled outputs of every caption `[C, P, D_text]`."""
-    captions = [t.format(name) for name in CLASS_NAMES for t in templates]
+    captions = prompts(CLASS_NAMES, templates)
     pooled = model.apply(model.params, **encoder.pad(captions)).text_model_output.pooler_output
     return np.asarray(pooled).reshape(len(CLASS_NAMES), len(templates), -1)
 
@@ -86,21 +86,20 @@ def classifier(config: ml_collections.ConfigDict, workdir: Path) -> Model:
     return zero_shot(from_pretrained(path), CLASS_NAMES, config.templates, encoder.pad)
 
 
-def head_sets(config: ml_collections.ConfigDict, single: Model, strategy: str) -> np.ndarray:
-    """Member head sets `[M, L, N]` from seen-class validation images (member m: seed m)."""
-    M, size = config.num_members, config.eval.batch_size
+def head_sets(
+    config: ml_collections.ConfigDict, single: Model, strategy: str, id_val: Any, ood_val: Any
+) -> np.ndarray:
+    """Member head sets `[M, L, N]` from seen-class validation images `id_val` (and OOD
+    validation images `ood_val`), member m drawing with training seed m."""
+    M = config.num_members
     n = single.config.encoder.num_heads[0] // M
-    id_val = only_seen(config, common.load_split(config, config.data.id_set, "validation"))
-    seeds = [1000 * config.seed + m for m in range(M)]
     if strategy == "taylor":
-        calibration = [labelled_batches(id_val, config.calibration_size, s, size) for s in seeds]
+        seeds = [baselines.training_seed(config, m) for m in range(M)]
+        size = config.calibration_size
+        calibration = [labelled_batches(id_val, size, s, config.eval.batch_size) for s in seeds]
         return ensembles.taylor_head_sets(single, calibration, n)
     if strategy == "circuit":
-        ood_val = concat_all([common.load_split(config, name, "validation")
-                          for name in config.data.ood_sets])  # fmt: skip
-        half = config.circuit.examples // 2
-        sets = [uncertainty_batches(subset(id_val, half, s), subset(ood_val, half, s), size)
-                for s in seeds]  # fmt: skip
+        sets = hydra.member_uncertainty_sets(config, config, id_val, ood_val)
         return ensembles.circuit_head_sets(single, sets, config.circuit.objectives, n)
     raise ValueError(f"unknown zero-shot member strategy {strategy!r}; use {STRATEGIES}")
 
@@ -117,7 +116,7 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
         features = text_features(model, encoder, config.templates)
         train_set = only_seen(config, common.load_split(config, config.data.id_set, "train",
                                                          config.data.train_limit))  # fmt: skip
-        settings = TrainSettings(**config.train.to_dict(), seed=1000 * config.seed)
+        settings = TrainSettings(**config.train.to_dict(), seed=baselines.training_seed(config, 0))
         trained = fit(model, train_set, settings, workdir / "training",
                       loss=locked_text_contrastive_loss(model, features),
                       trainable=lambda path: path[0] != "text_model")  # fmt: skip
@@ -128,10 +127,12 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
                 shutil.copy(source, hf_dir(workdir) / name)
         stages["train dual encoder"] = time.perf_counter() - start
     single = classifier(config, workdir)
+    id_val, ood_val = hydra.validation_sets(config)
+    id_val = only_seen(config, id_val)
     record = {}
     for strategy in STRATEGIES:
         start = time.perf_counter()
-        record[strategy] = head_sets(config, single, strategy).astype(int).tolist()
+        record[strategy] = head_sets(config, single, strategy, id_val, ood_val).astype(int).tolist()
         stages[f"{strategy}: head sets"] = time.perf_counter() - start
     (workdir / "head_sets.json").write_text(json.dumps(record))
     previous = common.read_json(workdir / "train_timings.json", {})

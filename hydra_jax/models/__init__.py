@@ -28,7 +28,7 @@ from hydra_jax.models.config import (
 from hydra_jax.models.inputs import check_inputs, encoder_of, input_names
 from hydra_jax.models.model import Model, vision_tower, with_classifier
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
-from hydra_jax.models.zero_shot import prompt_embeddings, zero_shot
+from hydra_jax.models.zero_shot import prompt_embeddings, prompts, zero_shot
 
 __all__ = [
     "BertConfig",
@@ -49,6 +49,7 @@ __all__ = [
     "encoder_of",
     "input_names",
     "prompt_embeddings",
+    "prompts",
     "vision_tower",
     "with_classifier",
     "zero_shot",

@@ -15,7 +15,31 @@ from hydra_jax.models.attention import padding_bias
 from hydra_jax.models.config import CLIPConfig, CLIPTextConfig, CLIPVisionConfig
 from hydra_jax.models.encoder import Encoder, HeadMask, LayerNorm, StagedEncoder, stack_attentions
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
-from hydra_jax.models.vit import LOGIT_SCALE_INIT, normalise, patch_conv, patchify, prepend
+from hydra_jax.models.vit import (
+    LOGIT_SCALE_INIT,
+    normalise,
+    patch_conv,
+    patchify,
+    prepend,
+    zero_shot_logits,
+)
+
+
+def paired_output(
+    text: ModelOutput | None,
+    vision: ModelOutput | None,
+    text_embeds: jax.Array | None,
+    image_embeds: jax.Array | None,
+    logit_scale: jax.Array,
+) -> CLIPOutput:
+    """A dual encoder's outputs from whichever towers ran (normalised embeddings `[B, E]`), with
+    `logits_per_text` `[B_text, B_image]` = `exp(logit_scale) * text @ image^T` when both did."""
+    out = CLIPOutput(text_embeds=text_embeds, image_embeds=image_embeds,
+                     text_model_output=text, vision_model_output=vision)  # fmt: skip
+    if text_embeds is None or image_embeds is None:
+        return out
+    logits_per_text = text_embeds @ image_embeds.T * jnp.exp(logit_scale)
+    return out.replace(logits_per_text=logits_per_text, logits_per_image=logits_per_text.T)
 
 
 class CLIPText(StagedEncoder):
@@ -101,8 +125,7 @@ class CLIPVision(StagedEncoder):
         embeds = self.projection(pooled)  # [B, E]
         logits = None
         if self.num_labels:  # [B, C]
-            cosine = normalise(embeds) @ normalise(self.class_embeds).T
-            logits = jnp.exp(self.logit_scale) * cosine
+            logits = zero_shot_logits(embeds, self.class_embeds, self.logit_scale)
         return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits, embeds=embeds)
 
     def __call__(
@@ -146,13 +169,6 @@ class CLIP(nn.Module):
             vision = vision_tower(pixel_values, head_mask=vision_head_mask, **options)
         if self.is_initializing() and (text is None or vision is None):
             raise ValueError("CLIP initialisation needs both input_ids and pixel_values")
-        out = CLIPOutput(
-            text_embeds=None if text is None else normalise(text.embeds),
-            image_embeds=None if vision is None else normalise(vision.embeds),
-            text_model_output=text,
-            vision_model_output=vision,
-        )
-        if text is None or vision is None:
-            return out
-        logits_per_text = out.text_embeds @ out.image_embeds.T * jnp.exp(logit_scale)
-        return out.replace(logits_per_text=logits_per_text, logits_per_image=logits_per_text.T)
+        text_embeds = None if text is None else normalise(text.embeds)
+        image_embeds = None if vision is None else normalise(vision.embeds)
+        return paired_output(text, vision, text_embeds, image_embeds, logit_scale)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from hydra_jax.models.bert import Bert
+from hydra_jax.models.clip import paired_output
 from hydra_jax.models.config import DualEncoderConfig
 from hydra_jax.models.encoder import HeadMask
 from hydra_jax.models.outputs import CLIPOutput
@@ -52,9 +52,4 @@ class DualEncoder(nn.Module):
             image_embeds = normalise(visual_projection(vision.pooler_output))  # [B_image, E]
         if self.is_initializing() and (text is None or vision is None):
             raise ValueError("dual encoder initialisation needs both input_ids and pixel_values")
-        out = CLIPOutput(text_embeds=text_embeds, image_embeds=image_embeds,
-                         text_model_output=text, vision_model_output=vision)  # fmt: skip
-        if text is None or vision is None:
-            return out
-        logits_per_text = out.text_embeds @ out.image_embeds.T * jnp.exp(logit_scale)
-        return out.replace(logits_per_text=logits_per_text, logits_per_image=logits_per_text.T)
+        return paired_output(text, vision, text_embeds, image_embeds, logit_scale)

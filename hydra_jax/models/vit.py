@@ -26,6 +26,13 @@ def normalise(x: jax.Array) -> jax.Array:
     return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 
 
+def zero_shot_logits(
+    embeds: jax.Array, class_embeds: jax.Array, logit_scale: jax.Array
+) -> jax.Array:
+    """`exp(logit_scale) * cos(embeds [B, E], class_embeds [C, E])` -> `[B, C]`."""
+    return jnp.exp(logit_scale) * (normalise(embeds) @ normalise(class_embeds).T)
+
+
 def patch_conv(width: int, patch_size: int, use_bias: bool) -> nn.Conv:
     P = patch_size
     return nn.Conv(width, (P, P), strides=(P, P), padding="VALID", use_bias=use_bias)
@@ -86,8 +93,7 @@ class ViT(StagedEncoder):
         if c.projection_dim:
             embeds = self.projection(pooled)  # [B, E]
         if c.num_labels and c.projection_dim:  # [B, C]
-            cosine = normalise(embeds) @ normalise(self.class_embeds).T
-            logits = jnp.exp(self.logit_scale) * cosine
+            logits = zero_shot_logits(embeds, self.class_embeds, self.logit_scale)
         elif c.num_labels:
             logits = self.classifier(x[:, 0])  # [B, C]
         return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits, embeds=embeds)

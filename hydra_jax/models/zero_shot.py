@@ -27,6 +27,20 @@ from hydra_jax.models.vit import normalise
 Tokenizer = Callable[[list[str]], Mapping[str, Any]]
 
 
+def prompts(class_names: Sequence[str], templates: Sequence[str]) -> list[str]:
+    """`template.format(name)` for every class (outer) and template (inner): `C * P` texts.
+
+    Raises:
+      ValueError: no class name or no template, or a template without `{}`.
+    """
+    if not class_names or not templates:
+        raise ValueError("zero-shot classification needs at least one class name and template")
+    bad = [t for t in templates if "{}" not in t]
+    if bad:
+        raise ValueError(f"templates must contain '{{}}' for the class name: {bad}")
+    return [t.format(name) for name in class_names for t in templates]
+
+
 def prompt_embeddings(
     model: Model,
     class_names: Sequence[str],
@@ -36,12 +50,7 @@ def prompt_embeddings(
 ) -> np.ndarray:
     """Class embeddings `[C, E]`: per class, the normalised mean of its normalised prompt
     embeddings (`template.format(name)` for every template)."""
-    if not class_names or not templates:
-        raise ValueError("zero-shot classification needs at least one class name and template")
-    bad = [t for t in templates if "{}" not in t]
-    if bad:
-        raise ValueError(f"templates must contain '{{}}' for the class name: {bad}")
-    texts = [t.format(name) for name in class_names for t in templates]
+    texts = prompts(class_names, templates)
     text_inputs = set(input_names(model.config)) - {"pixel_values"}
     embeds = []
     for start in range(0, len(texts), batch_size):

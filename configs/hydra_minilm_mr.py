@@ -57,6 +57,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict(
         dict(batch_size=64, num_bins=15, latency_batch=32, latency_tokens=64, latency_repeats=10)
     )
+    # Compute dtype of every evaluated forward pass ("bfloat16": README, "Precision").
+    c.eval.dtype = "float32"
     if variant == "demo":
         c.title += " (demo)"
         c.base_workdir = "runs/demo_baselines"

@@ -66,6 +66,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict(
         dict(batch_size=256, num_bins=15, latency_batch=64, latency_repeats=10)
     )
+    # Compute dtype of every evaluated forward pass ("bfloat16": README, "Precision").
+    c.eval.dtype = "float32"
     if variant == "demo":
         c.title += " (demo)"
         c.data.update(train_limit=6400, eval_limit=500, ood_limit=250)

@@ -23,7 +23,7 @@ from hydra_jax.convert import (
     save_model,
     save_pretrained,
 )
-from hydra_jax.models import Model, vision_tower, with_classifier, zero_shot
+from hydra_jax.models import Model, vision_tower, with_classifier, with_dtype, zero_shot
 
 hydra = ensembles  # SPEC's name for the Hydra API: `hj.hydra.fuse(members)`
 
@@ -43,5 +43,6 @@ __all__ = [
     "save_pretrained",
     "vision_tower",
     "with_classifier",
+    "with_dtype",
     "zero_shot",
 ]

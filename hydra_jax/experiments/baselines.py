@@ -27,7 +27,7 @@ from hydra_jax.convert import from_pretrained
 from hydra_jax.ensembles import baselines
 from hydra_jax.evaluation import Method
 from hydra_jax.experiments import common
-from hydra_jax.models import Model, with_classifier
+from hydra_jax.models import Model, with_classifier, with_dtype
 from hydra_jax.training import TrainSettings, fit, make_optimizer, make_train_step, schedule_length
 
 
@@ -110,10 +110,15 @@ def trained(
 
 
 def methods(
-    config: ml_collections.ConfigDict, models: list[Model], names: Sequence[str] | None = None
+    config: ml_collections.ConfigDict,
+    models: list[Model],
+    names: Sequence[str] | None = None,
+    dtype: str = "float32",
 ) -> list[Method]:
-    """The baseline methods `names` (default: `config.methods`) of finished `models`."""
+    """The baseline methods `names` (default: `config.methods`) of finished `models`, computing
+    in `dtype` (`hydra_jax.with_dtype`)."""
     names = config.methods if names is None else names
+    models = [with_dtype(m, dtype) for m in models]
     single = models[0]
     available = {
         "single": lambda: Method("single", baselines.single(single), single.params),
@@ -136,4 +141,5 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
     common.check_workdir(config, workdir)
     models, study, _ = trained(workdir)
     stages = common.read_json(workdir / "train_timings.json", {})
-    return common.evaluate_methods(config, workdir, methods(config, models), study, stages)
+    to_evaluate = methods(config, models, dtype=config.eval.dtype)
+    return common.evaluate_methods(config, workdir, to_evaluate, study, stages)

@@ -35,6 +35,9 @@ from hydra_jax.models import EncoderConfig, Model, ViTConfig
 
 # Keys that change no result (only how a run is labelled).
 COSMETIC_KEYS = frozenset({"title"})
+# Keys added after runs were recorded, with the value that reproduces those runs: a recorded
+# config without one is read as having that value.
+ADDED_KEYS = {"eval.dtype": "float32"}
 
 
 class WorkdirError(ValueError):
@@ -52,6 +55,7 @@ def config_differences(config: ml_collections.ConfigDict, recorded: dict) -> lis
     """Keys whose values differ between `config` and a recorded `config.json` (cosmetic ones
     excepted), each as `key: recorded -> now`."""
     now, before = flat(config), flat(recorded)
+    before |= {k: v for k, v in ADDED_KEYS.items() if k in now and k not in before}
     keys = sorted((set(now) | set(before)) - COSMETIC_KEYS)
     missing = object()
     return [

@@ -13,6 +13,7 @@ ratio).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ from hydra_jax.data import Dataset, concat_all, labelled_batches, subset, uncert
 from hydra_jax.evaluation import Method, logits_forward
 from hydra_jax.experiments import baselines, common
 from hydra_jax.heads import UncertaintyBatches, his_and_entropy
-from hydra_jax.models import Model
+from hydra_jax.models import Model, with_dtype
 from hydra_jax.training import TrainSettings, fit, make_optimizer, make_train_step, schedule_length
 
 # Strategies whose member 0 alone is also a method (`pruned_STRATEGY`): one pruned model at the
@@ -167,17 +168,22 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
                 f"{path} holds no fused Hydra: run train.py with this --config and --workdir "
                 f"{workdir} first"
             )
-        available[f"hydra_{strategy}"] = lambda p=path, s=strategy: _method(f"hydra_{s}", p)
+        dtype = config.eval.dtype
+        available[f"hydra_{strategy}"] = functools.partial(
+            _method, f"hydra_{strategy}", path, dtype
+        )
         if strategy in PRUNED:
             pruned = workdir / "pruned" / strategy
-            available[f"pruned_{strategy}"] = lambda p=pruned, s=strategy: _method(f"pruned_{s}", p)
+            available[f"pruned_{strategy}"] = functools.partial(
+                _method, f"pruned_{strategy}", pruned, dtype
+            )
     start = time.perf_counter()
     base_methods = [m for m in ("single", "deep_ensemble", "mc_dropout") if m in config.methods]
     indices = None if "deep_ensemble" in config.methods else [0]
     models, study, base = baselines.trained(Path(config.base_workdir), indices)
     stages = {"load baselines": time.perf_counter() - start}
     stages.update(common.read_json(workdir / "train_timings.json", {}))
-    for method in baselines.methods(base, models, base_methods):
+    for method in baselines.methods(base, models, base_methods, config.eval.dtype):
         available[method.name] = lambda m=method: m
     missing = sorted(set(config.methods) - set(available))
     if missing:
@@ -186,6 +192,6 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
     return common.evaluate_methods(config, workdir, to_evaluate, study, stages)
 
 
-def _method(name: str, path: Path) -> Method:
-    model = load_model(path)  # a fused Hydra, or one pruned member
+def _method(name: str, path: Path, dtype: str) -> Method:
+    model = with_dtype(load_model(path), dtype)  # a fused Hydra, or one pruned member
     return Method(name, logits_forward(model), model.params)

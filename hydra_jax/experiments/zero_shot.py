@@ -34,7 +34,7 @@ from hydra_jax.convert import from_pretrained
 from hydra_jax.data import TextEncoder, labelled_batches
 from hydra_jax.evaluation import Method, logits_forward
 from hydra_jax.experiments import baselines, common, hydra
-from hydra_jax.models import DualEncoderConfig, Model, prompts, zero_shot
+from hydra_jax.models import DualEncoderConfig, Model, prompts, with_dtype, zero_shot
 from hydra_jax.training import TrainSettings, fit, locked_text_contrastive_loss
 
 # Fashion-MNIST's classes as captions name them (label order of the dataset).
@@ -153,6 +153,7 @@ def methods(config: ml_collections.ConfigDict, workdir: Path) -> list[Method]:
     unknown = sorted(set(config.methods) - set(models))
     if unknown:
         raise ValueError(f"unknown zero-shot methods {unknown}; known: {sorted(models)}")
+    models = {n: with_dtype(m, config.eval.dtype) for n, m in models.items()}
     return [Method(n, logits_forward(models[n]), models[n].params) for n in config.methods]
 
 

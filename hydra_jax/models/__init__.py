@@ -26,7 +26,7 @@ from hydra_jax.models.config import (
     ViTConfig,
 )
 from hydra_jax.models.inputs import check_inputs, encoder_of, input_names
-from hydra_jax.models.model import Model, vision_tower, with_classifier
+from hydra_jax.models.model import Model, vision_tower, with_classifier, with_dtype
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
 from hydra_jax.models.zero_shot import prompt_embeddings, prompts, zero_shot
 
@@ -52,5 +52,6 @@ __all__ = [
     "prompts",
     "vision_tower",
     "with_classifier",
+    "with_dtype",
     "zero_shot",
 ]

@@ -7,6 +7,12 @@ import jax
 import jax.numpy as jnp
 
 
+def wide_dtype(dtype: jnp.dtype) -> jnp.dtype:
+    """float32 (float64 stays float64, for checks): the dtype of softmax, LayerNorm statistics,
+    logits and embeddings, whatever the compute dtype."""
+    return jnp.dtype(jnp.float64 if dtype == jnp.float64 else jnp.float32)
+
+
 def padding_bias(attention_mask: jax.Array, dtype: jnp.dtype, causal: bool = False) -> jax.Array:
     """Additive attention bias from a key padding mask.
 
@@ -15,7 +21,7 @@ def padding_bias(attention_mask: jax.Array, dtype: jnp.dtype, causal: bool = Fal
 
     Args:
       attention_mask: `[B, S]`, 1 for real tokens and 0 for padding.
-      dtype: dtype of the attention logits.
+      dtype: the compute dtype; the bias is in the softmax dtype (`wide_dtype`).
       causal: also forbid each query from attending to later keys (CLIP text).
 
     Returns:
@@ -29,6 +35,7 @@ def padding_bias(attention_mask: jax.Array, dtype: jnp.dtype, causal: bool = Fal
         allowed = jnp.broadcast_to(
             allowed, (*allowed.shape[:2], allowed.shape[-1], allowed.shape[-1])
         )
+    dtype = wide_dtype(dtype)
     return jnp.where(allowed, jnp.zeros((), dtype), jnp.finfo(dtype).min)
 
 
@@ -48,6 +55,8 @@ class Attention(nn.Module):
       width: D.
       qkv_bias: whether query/key/value carry biases.
       dropout: dropout rate on the attention probabilities.
+      dtype: compute dtype of the projections (None: the parameters'). The softmax is float32
+        (float64 for float64 inputs) whatever it is.
     """
 
     num_heads: int
@@ -55,6 +64,7 @@ class Attention(nn.Module):
     width: int
     qkv_bias: bool = True
     dropout: float = 0.0
+    dtype: jnp.dtype | None = None
 
     @nn.compact
     def __call__(
@@ -68,30 +78,33 @@ class Attention(nn.Module):
 
         Args:
           x: `[B, T, D]`.
-          bias: `[B, 1, T, S]` additive attention bias, or None (every key visible: images).
-          head_mask: `[N]` floats or None (all heads kept).
+          bias: `[B, 1, T, S]` additive attention bias in the softmax dtype, or None (every key
+            visible: images).
+          head_mask: `[N]` floats or None (all heads kept); applied in the compute dtype.
           deterministic: disables attention dropout.
 
         Returns:
-          `([B, T, D] output, [B, N, T, S] attention probabilities)`.
+          `([B, T, D] output, [B, N, T, S] attention probabilities in the softmax dtype)`.
         """
         N, K = self.num_heads, self.head_dim
 
         def projection(name: str) -> nn.DenseGeneral:
-            return nn.DenseGeneral(
-                (N, K), use_bias=self.qkv_bias, kernel_init=_kernel_init, name=name
-            )
+            init, dtype = _kernel_init, self.dtype
+            return nn.DenseGeneral((N, K), use_bias=self.qkv_bias, kernel_init=init, dtype=dtype,
+                                   name=name)  # fmt: skip
 
         q = projection("query")(x)  # [B, T, N, K]
         k = projection("key")(x)  # [B, S, N, K]
         v = projection("value")(x)  # [B, S, N, K]
-        logits = jnp.einsum("BTNK,BSNK->BNTS", q, k) / jnp.sqrt(K).astype(x.dtype)
+        wide_t = wide_dtype(q.dtype)  # scores accumulate and stay in float32 in bf16 compute
+        logits = jnp.einsum("BTNK,BSNK->BNTS", q, k, preferred_element_type=wide_t)
+        logits = logits / jnp.sqrt(K).astype(wide_t)
         probs = jax.nn.softmax(logits if bias is None else logits + bias, axis=-1)  # [B, N, T, S]
         dropped = nn.Dropout(self.dropout)(probs, deterministic=deterministic)
-        context = jnp.einsum("BNTS,BSNK->BTNK", dropped, v)
+        context = jnp.einsum("BNTS,BSNK->BTNK", dropped.astype(v.dtype), v)
         if head_mask is not None:
-            context = context * head_mask.astype(x.dtype)[None, None, :, None]
-        out = nn.DenseGeneral(self.width, axis=(-2, -1), kernel_init=_kernel_init, name="out")(
-            context
-        )  # [B, T, D]
+            context = context * head_mask.astype(v.dtype)[None, None, :, None]
+        out = nn.DenseGeneral(
+            self.width, axis=(-2, -1), kernel_init=_kernel_init, dtype=self.dtype, name="out"
+        )(context)  # [B, T, D]
         return out, probs

@@ -8,7 +8,15 @@ import jax.numpy as jnp
 
 from hydra_jax.models.attention import padding_bias
 from hydra_jax.models.config import BertConfig
-from hydra_jax.models.encoder import Encoder, HeadMask, LayerNorm, StagedEncoder, stack_attentions
+from hydra_jax.models.encoder import (
+    Encoder,
+    HeadMask,
+    LayerNorm,
+    StagedEncoder,
+    compute_dtype,
+    stack_attentions,
+    wide,
+)
 from hydra_jax.models.outputs import ModelOutput, Stem
 
 
@@ -18,14 +26,14 @@ class Bert(StagedEncoder):
     config: BertConfig
 
     def setup(self) -> None:
-        c, e = self.config, self.config.encoder
-        self.word_embeddings = nn.Embed(c.vocab_size, e.width)
-        self.position_embeddings = nn.Embed(c.max_positions, e.width)
-        self.token_type_embeddings = nn.Embed(c.type_vocab_size, e.width)
+        c, e, dtype = self.config, self.config.encoder, compute_dtype(self.config.encoder)
+        self.word_embeddings = nn.Embed(c.vocab_size, e.width, dtype=dtype)
+        self.position_embeddings = nn.Embed(c.max_positions, e.width, dtype=dtype)
+        self.token_type_embeddings = nn.Embed(c.type_vocab_size, e.width, dtype=dtype)
         self.embeddings_norm = LayerNorm(e.layer_norm_eps)
         self.encoder = Encoder(e)
         if c.pooler:
-            self.pooler = nn.Dense(e.width)
+            self.pooler = nn.Dense(e.width, dtype=dtype)
         if c.num_labels:
             self.classifier = nn.Dense(c.num_labels)
         # Flax derives a dropout module's RNG stream from its name; these are the names the
@@ -62,7 +70,7 @@ class Bert(StagedEncoder):
         if c.pooler:
             pooled = jnp.tanh(self.pooler(x[:, 0]))  # [B, D]
         if c.num_labels:
-            logits = self.classifier(self.Dropout_1(pooled, deterministic=deterministic))
+            logits = self.classifier(self.Dropout_1(wide(pooled), deterministic=deterministic))
         return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits)  # [B, C]
 
     def __call__(

@@ -13,7 +13,15 @@ import jax.numpy as jnp
 
 from hydra_jax.models.attention import padding_bias
 from hydra_jax.models.config import CLIPConfig, CLIPTextConfig, CLIPVisionConfig
-from hydra_jax.models.encoder import Encoder, HeadMask, LayerNorm, StagedEncoder, stack_attentions
+from hydra_jax.models.encoder import (
+    Encoder,
+    HeadMask,
+    LayerNorm,
+    StagedEncoder,
+    compute_dtype,
+    stack_attentions,
+    wide,
+)
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
 from hydra_jax.models.vit import (
     LOGIT_SCALE_INIT,
@@ -47,9 +55,9 @@ class CLIPText(StagedEncoder):
     projection_dim: int
 
     def setup(self) -> None:
-        c, e = self.config, self.config.encoder
-        self.token_embedding = nn.Embed(c.vocab_size, e.width)
-        self.position_embedding = nn.Embed(c.max_positions, e.width)
+        c, e, dtype = self.config, self.config.encoder, compute_dtype(self.config.encoder)
+        self.token_embedding = nn.Embed(c.vocab_size, e.width, dtype=dtype)
+        self.position_embedding = nn.Embed(c.max_positions, e.width, dtype=dtype)
         self.encoder = Encoder(e)
         self.final_norm = LayerNorm(e.layer_norm_eps)
         self.projection = nn.Dense(self.projection_dim, use_bias=False)
@@ -70,7 +78,7 @@ class CLIPText(StagedEncoder):
         else:
             eos = jnp.argmax(input_ids == self.config.eos_token_id, axis=-1)
         pooled = x[jnp.arange(x.shape[0]), eos]  # [B, D]
-        embeds = self.projection(pooled)  # [B, E]
+        embeds = self.projection(wide(pooled))  # [B, E]
         return ModelOutput(last_hidden_state=x, pooler_output=pooled, embeds=embeds)
 
     def __call__(
@@ -95,13 +103,13 @@ class CLIPVision(StagedEncoder):
     num_labels: int = 0
 
     def setup(self) -> None:
-        c, e = self.config, self.config.encoder
+        c, e, dtype = self.config, self.config.encoder, compute_dtype(self.config.encoder)
         T = (c.image_size // c.patch_size) ** 2
-        self.patch = patch_conv(e.width, c.patch_size, use_bias=False)
+        self.patch = patch_conv(e.width, c.patch_size, use_bias=False, dtype=dtype)
         self.class_embedding = self.param(
             "class_embedding", nn.initializers.normal(0.02), (e.width,)
         )
-        self.position_embedding = nn.Embed(T + 1, e.width)
+        self.position_embedding = nn.Embed(T + 1, e.width, dtype=dtype)
         self.pre_norm = LayerNorm(e.layer_norm_eps)
         self.encoder = Encoder(e)
         self.post_norm = LayerNorm(e.layer_norm_eps)
@@ -122,7 +130,7 @@ class CLIPVision(StagedEncoder):
     def head(self, x: jax.Array, deterministic: bool = True) -> ModelOutput:
         del deterministic  # no dropout after the encoder
         pooled = self.post_norm(x[:, 0])  # [B, D]
-        embeds = self.projection(pooled)  # [B, E]
+        embeds = self.projection(wide(pooled))  # [B, E]
         logits = None
         if self.num_labels:  # [B, C]
             logits = zero_shot_logits(embeds, self.class_embeds, self.logit_scale)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+COMPUTE_DTYPES = ("float32", "bfloat16")
+
 
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
@@ -21,6 +23,9 @@ class EncoderConfig:
       qkv_bias: whether query/key/value projections carry biases.
       dropout: residual and embedding dropout rate (used only when a dropout RNG is given).
       attention_dropout: dropout rate on attention probabilities.
+      dtype: the compute dtype, "float32" or "bfloat16" (`COMPUTE_DTYPES`). Parameters stay in
+        their own dtype (float32); matmuls and hidden states run in `dtype`; attention softmax,
+        LayerNorm statistics, logits, embeddings and losses are float32 whatever it is.
     """
 
     num_heads: tuple[int, ...]
@@ -34,6 +39,11 @@ class EncoderConfig:
     qkv_bias: bool = True
     dropout: float = 0.0
     attention_dropout: float = 0.0
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"compute dtype {self.dtype!r} is not one of {COMPUTE_DTYPES}")
 
     @property
     def num_layers(self) -> int:
@@ -151,3 +161,16 @@ class HydraConfig:
 ArchConfig = (
     BertConfig | ViTConfig | CLIPConfig | CLIPVisionTowerConfig | DualEncoderConfig | HydraConfig
 )
+
+
+def with_compute_dtype(config: ArchConfig, dtype: str) -> ArchConfig:
+    """`config` with every encoder (both towers of a dual encoder, a Hydra's member) computing
+    in `dtype`; nothing else changes."""
+    if isinstance(config, EncoderConfig):
+        return dataclasses.replace(config, dtype=dtype)
+    changes = {
+        f.name: with_compute_dtype(value, dtype)
+        for f in dataclasses.fields(config)
+        if dataclasses.is_dataclass(value := getattr(config, f.name))
+    }
+    return dataclasses.replace(config, **changes)

@@ -13,7 +13,7 @@ import jax
 from hydra_jax.models.bert import Bert
 from hydra_jax.models.clip import paired_output
 from hydra_jax.models.config import DualEncoderConfig
-from hydra_jax.models.encoder import HeadMask
+from hydra_jax.models.encoder import HeadMask, wide
 from hydra_jax.models.outputs import CLIPOutput
 from hydra_jax.models.vit import ViT, normalise
 
@@ -46,10 +46,10 @@ class DualEncoder(nn.Module):
         if input_ids is not None:
             text = text_model(input_ids, attention_mask, token_type_ids, head_mask=text_head_mask,
                               **options)  # fmt: skip
-            text_embeds = normalise(text_projection(text.pooler_output))  # [B_text, E]
+            text_embeds = normalise(text_projection(wide(text.pooler_output)))  # [B_text, E]
         if pixel_values is not None:
             vision = vision_model(pixel_values, head_mask=vision_head_mask, **options)
-            image_embeds = normalise(visual_projection(vision.pooler_output))  # [B_image, E]
+            image_embeds = normalise(visual_projection(wide(vision.pooler_output)))  # [B_image, E]
         if self.is_initializing() and (text is None or vision is None):
             raise ValueError("dual encoder initialisation needs both input_ids and pixel_values")
         return paired_output(text, vision, text_embeds, image_embeds, logit_scale)

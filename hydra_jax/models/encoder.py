@@ -8,7 +8,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hydra_jax.models.attention import Attention
+from hydra_jax.models.attention import Attention, wide_dtype
 from hydra_jax.models.config import EncoderConfig
 from hydra_jax.models.outputs import Stem
 
@@ -32,6 +32,17 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 HeadMask = jax.Array | Sequence[jax.Array]
 
 
+def compute_dtype(config: EncoderConfig) -> jnp.dtype | None:
+    """The dtype of matmuls and hidden states, for Flax's `dtype=`: None for "float32" (the
+    parameters' own dtype: float32, or float64 where a check promotes the weights)."""
+    return None if config.dtype == "float32" else jnp.dtype(config.dtype)
+
+
+def wide(x: jax.Array) -> jax.Array:
+    """`x` in float32 (float64 stays): what logits, embeddings and poolers' readers get."""
+    return x.astype(wide_dtype(x.dtype))
+
+
 class LayerNorm(nn.Module):
     """LayerNorm over the last axis as torch computes it: two-pass variance (Flax's default
     E[x^2] - E[x]^2 cancels catastrophically when a row's mean is large against its spread).
@@ -49,7 +60,7 @@ class LayerNorm(nn.Module):
         D = x.shape[-1]
         scale = self.param("scale", nn.initializers.ones, (D,), jnp.float32)
         bias = self.param("bias", nn.initializers.zeros, (D,), jnp.float32)
-        dtype = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+        dtype = wide_dtype(x.dtype)
         shape = (1,) * (x.ndim - 1) + (D,)  # explicit ranks: [..., 1] statistics, [1.., D] params
         h = x.astype(dtype)
         mean = h.mean(-1, keepdims=True)
@@ -62,11 +73,13 @@ class Mlp(nn.Module):
     mlp_dim: int
     width: int
     activation: str
+    dtype: jnp.dtype | None = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        h = ACTIVATIONS[self.activation](nn.Dense(self.mlp_dim, name="fc1")(x))  # [B, T, F]
-        return nn.Dense(self.width, name="fc2")(h)  # [B, T, D]
+        fc1 = nn.Dense(self.mlp_dim, dtype=self.dtype, name="fc1")
+        h = ACTIVATIONS[self.activation](fc1(x))  # [B, T, F]
+        return nn.Dense(self.width, dtype=self.dtype, name="fc2")(h)  # [B, T, D]
 
 
 class EncoderLayer(nn.Module):
@@ -77,11 +90,10 @@ class EncoderLayer(nn.Module):
     def __call__(
         self, x: jax.Array, bias: jax.Array | None, head_mask: jax.Array | None, deterministic: bool
     ) -> tuple[jax.Array, jax.Array]:
-        c = self.config
-        attention = Attention(
-            self.num_heads, c.head_dim, c.width, c.qkv_bias, c.attention_dropout, name="attention"
-        )
-        mlp = Mlp(c.mlp_dim, c.width, c.activation, name="mlp")
+        c, dtype = self.config, compute_dtype(self.config)
+        attention = Attention(self.num_heads, c.head_dim, c.width, c.qkv_bias,
+                              c.attention_dropout, dtype, name="attention")  # fmt: skip
+        mlp = Mlp(c.mlp_dim, c.width, c.activation, dtype, name="mlp")
         attention_norm = LayerNorm(c.layer_norm_eps, name="attention_norm")
         mlp_norm = LayerNorm(c.layer_norm_eps, name="mlp_norm")
         drop = nn.Dropout(c.dropout, deterministic=deterministic)

@@ -31,7 +31,7 @@ from hydra_jax.models.config import (
     MemberConfig,
     ViTConfig,
 )
-from hydra_jax.models.encoder import LayerNorm, Mlp
+from hydra_jax.models.encoder import LayerNorm, Mlp, compute_dtype
 from hydra_jax.models.outputs import ModelOutput
 
 Params = Any
@@ -100,12 +100,12 @@ class _Ops:
     def __init__(self, e: EncoderConfig):
         self.e = e
         self.norm = LayerNorm(e.layer_norm_eps)
-        self.mlp = Mlp(e.mlp_dim, e.width, e.activation)
+        self.mlp = Mlp(e.mlp_dim, e.width, e.activation, compute_dtype(e))
         self.drop = nn.Dropout(e.dropout)
 
     def attention(self, n: int) -> Attention:
         e = self.e
-        return Attention(n, e.head_dim, e.width, e.qkv_bias, e.attention_dropout)
+        return Attention(n, e.head_dim, e.width, e.qkv_bias, e.attention_dropout, compute_dtype(e))
 
     def dropout(self, x: jax.Array, key: jax.Array | None) -> jax.Array:
         if key is None:

@@ -22,6 +22,7 @@ from hydra_jax.models.config import (
     EncoderConfig,
     HydraConfig,
     ViTConfig,
+    with_compute_dtype,
 )
 from hydra_jax.models.dual_encoder import DualEncoder
 from hydra_jax.models.inputs import (
@@ -219,6 +220,16 @@ def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
             f"{type(config).__name__}"
         )
     return Model(dataclasses.replace(config, num_labels=num_labels), {**params, **head})
+
+
+def with_dtype(model: Model, dtype: str) -> Model:
+    """The model computing in `dtype` ("float32" or "bfloat16"), with the same weights.
+
+    Parameters keep their dtype (float32 master weights: gradients and optimizer updates stay
+    float32); matmuls and hidden states run in `dtype`; attention softmax, LayerNorm statistics,
+    logits and embeddings stay float32, and so do the losses computed from them.
+    """
+    return Model(with_compute_dtype(model.config, dtype), model.params)
 
 
 def vision_tower(model: Model) -> Model:

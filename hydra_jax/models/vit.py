@@ -14,7 +14,9 @@ from hydra_jax.models.encoder import (
     HeadMask,
     LayerNorm,
     StagedEncoder,
+    compute_dtype,
     stack_attentions,
+    wide,
 )
 from hydra_jax.models.outputs import ModelOutput, Stem
 
@@ -33,9 +35,9 @@ def zero_shot_logits(
     return jnp.exp(logit_scale) * (normalise(embeds) @ normalise(class_embeds).T)
 
 
-def patch_conv(width: int, patch_size: int, use_bias: bool) -> nn.Conv:
+def patch_conv(width: int, patch_size: int, use_bias: bool, dtype: jnp.dtype | None) -> nn.Conv:
     P = patch_size
-    return nn.Conv(width, (P, P), strides=(P, P), padding="VALID", use_bias=use_bias)
+    return nn.Conv(width, (P, P), strides=(P, P), padding="VALID", use_bias=use_bias, dtype=dtype)
 
 
 def patchify(conv: nn.Conv, pixel_values: jax.Array) -> jax.Array:
@@ -56,9 +58,9 @@ class ViT(StagedEncoder):
     config: ViTConfig
 
     def setup(self) -> None:
-        c, e = self.config, self.config.encoder
+        c, e, dtype = self.config, self.config.encoder, compute_dtype(self.config.encoder)
         T = (c.image_size // c.patch_size) ** 2
-        self.patch = patch_conv(e.width, c.patch_size, use_bias=True)
+        self.patch = patch_conv(e.width, c.patch_size, use_bias=True, dtype=dtype)
         self.cls_token = self.param("cls_token", nn.initializers.normal(0.02), (e.width,))
         self.position_embeddings = self.param(
             "position_embeddings", nn.initializers.normal(0.02), (T + 1, e.width)
@@ -66,7 +68,7 @@ class ViT(StagedEncoder):
         self.encoder = Encoder(e)
         self.final_norm = LayerNorm(e.layer_norm_eps)
         if c.pooler:
-            self.pooler = nn.Dense(e.width)
+            self.pooler = nn.Dense(e.width, dtype=dtype)
         if c.projection_dim:  # a dual encoder's vision tower
             self.projection = nn.Dense(c.projection_dim, use_bias=False)
         if c.num_labels and c.projection_dim:  # zero-shot: fixed class embeddings
@@ -81,7 +83,8 @@ class ViT(StagedEncoder):
     def embed(self, pixel_values: jax.Array, deterministic: bool = True) -> Stem:
         """`pixel_values`: `[B, C, H, W]` floats, as HF image processors produce them."""
         x = prepend(self.cls_token, patchify(self.patch, pixel_values))  # [B, T+1, D]
-        return Stem(self.Dropout_0(x + self.position_embeddings[None], deterministic=deterministic))
+        x = x + self.position_embeddings[None].astype(x.dtype)
+        return Stem(self.Dropout_0(x, deterministic=deterministic))
 
     def head(self, x: jax.Array, deterministic: bool = True) -> ModelOutput:
         del deterministic  # no dropout after the encoder
@@ -91,11 +94,11 @@ class ViT(StagedEncoder):
         if c.pooler:
             pooled = ACTIVATIONS[c.pooler_activation](self.pooler(x[:, 0]))
         if c.projection_dim:
-            embeds = self.projection(pooled)  # [B, E]
+            embeds = self.projection(wide(pooled))  # [B, E]
         if c.num_labels and c.projection_dim:  # [B, C]
             logits = zero_shot_logits(embeds, self.class_embeds, self.logit_scale)
         elif c.num_labels:
-            logits = self.classifier(x[:, 0])  # [B, C]
+            logits = self.classifier(wide(x[:, 0]))  # [B, C]
         return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits, embeds=embeds)
 
     def __call__(

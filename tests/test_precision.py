@@ -1,0 +1,148 @@
+"""The dtype policy: bf16 compute with fp32 parameters, softmax, LayerNorm statistics, logits and
+losses; bf16 outputs within a stated tolerance of fp32 for BERT, ViT and the fused Hydra."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import hydra_jax as hj
+from hydra_jax.heads import his_and_entropy
+from hydra_jax.models import BertConfig, EncoderConfig, ViTConfig, with_classifier, with_dtype
+from hydra_jax.training import TrainSettings, TrainState, make_optimizer, make_train_step
+
+# bf16 keeps 8 significant bits (relative rounding 2^-9 = 0.2%); after a few layers of matmuls
+# the logits of these tiny models differ from fp32 by 1-3% of their range (measured: 0.4 to
+# 2.6%). The bound leaves room over that and still fails for a wrong cast (an fp16 or int
+# overflow, a bias in the wrong dtype, a softmax in bf16 over -inf padding).
+LOGIT_TOLERANCE = 0.04  # of max |fp32 logit|
+
+L, N, K = 3, 4, 5  # distinct: a swapped axis fails instead of broadcasting
+BERT = BertConfig(
+    EncoderConfig((N,) * L, N * K, K, 22, "gelu", 1e-12, pre_norm=False),
+    vocab_size=29, max_positions=12, type_vocab_size=2,
+)  # fmt: skip
+VIT = ViTConfig(EncoderConfig((N,) * L, N * 3, 3, 14, "gelu", 1e-6, pre_norm=True), 8, 4,
+                num_channels=2, num_labels=3)  # fmt: skip
+
+
+def relative_error(a: jax.Array, b: jax.Array) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+@pytest.fixture(scope="module")
+def bert():
+    # Weights twice the init, so heads differ; at 3x a compacted member is so ill-conditioned
+    # that rounding its weights to bf16 alone moves its fp32 logits by 18% (a property of the
+    # weights, not of the policy).
+    model = with_classifier(hj.Model.init(BERT, jax.random.key(0)), 2, jax.random.key(1))
+    model = hj.Model(model.config, jax.tree.map(lambda x: 2 * x if x.ndim > 1 else x,
+                                                model.params))  # fmt: skip
+    rng = np.random.default_rng(0)
+    mask = (np.arange(9)[None] < rng.integers(2, 10, (6, 1))).astype(np.int32)
+    batch = dict(input_ids=rng.integers(1, 29, (6, 9)) * mask, attention_mask=mask,
+                 labels=rng.integers(0, 2, 6))  # fmt: skip
+    return model, batch
+
+
+@pytest.fixture(scope="module")
+def vit():
+    model = hj.Model.init(VIT, jax.random.key(2))
+    rng = np.random.default_rng(1)
+    batch = dict(pixel_values=rng.normal(size=(5, 2, 8, 8)).astype(np.float32),
+                 labels=rng.integers(0, 3, 5))  # fmt: skip
+    return model, batch
+
+
+def test_unknown_compute_dtype_is_refused():
+    with pytest.raises(ValueError, match="compute dtype 'float16' is not one of"):
+        EncoderConfig((2,), 4, 2, 6, "gelu", 1e-12, False, dtype="float16")
+
+
+@pytest.mark.parametrize("family", ["bert", "vit"])
+def test_bf16_compute_keeps_fp32_where_the_policy_says(family, request):
+    model, batch = request.getfixturevalue(family)
+    low = with_dtype(model, "bfloat16")
+    assert low.params is model.params  # the same fp32 weights
+    out = low(**{k: v for k, v in batch.items() if k != "labels"}, output_attentions=True)
+    assert out.last_hidden_state.dtype == jnp.bfloat16  # hidden states in the compute dtype
+    assert out.logits.dtype == jnp.float32
+    assert out.attentions.dtype == jnp.float32  # softmax in fp32
+    np.testing.assert_allclose(np.asarray(out.attentions).sum(-1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["bert", "vit"])
+def test_bf16_logits_are_within_tolerance_of_fp32(family, request):
+    model, batch = request.getfixturevalue(family)
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    full = model(**inputs).logits
+    low = with_dtype(model, "bfloat16")(**inputs).logits
+    error = relative_error(low, full)
+    assert 0 < error <= LOGIT_TOLERANCE, error  # 0 would mean bf16 never ran
+
+
+def test_bf16_fused_hydra_is_within_tolerance_of_fp32(bert):
+    model, batch = bert
+    kept = np.array([[[0, 1], [1, 2], [2, 3]], [[2, 3], [0, 3], [0, 1]]])  # [M, L, 2] indices
+    head_sets = np.zeros((2, L, N), bool)  # [M, L, N]
+    np.put_along_axis(head_sets, kept, True, axis=-1)
+    members = hj.hydra.members_from(model, head_sets)
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    fused = hj.hydra.fuse(members)
+    full = fused(**inputs).logits  # [B, M, C]
+    low_model = with_dtype(fused, "bfloat16")
+    low = low_model(**inputs).logits
+    assert low.dtype == jnp.float32 and low.shape == full.shape
+    assert 0 < relative_error(low, full) <= LOGIT_TOLERANCE
+    # Fusing bf16 members gives the bf16 fused network (the policy commutes with fusion), and
+    # in bf16 too the fused network equals its members run alone.
+    refused = hj.hydra.fuse([with_dtype(m, "bfloat16") for m in members])
+    assert refused.config == low_model.config
+    alone = np.stack([with_dtype(m, "bfloat16")(**inputs).logits for m in members], axis=1)
+    np.testing.assert_allclose(low, alone, atol=1e-6)
+
+
+def test_bf16_training_step_keeps_fp32_master_weights(bert):
+    model, batch = bert
+    settings = TrainSettings(epochs=1, batch_size=6, learning_rate=1e-3, warmup_fraction=0.0)
+    optimizer = make_optimizer(settings, total_steps=4)
+    key = jax.random.key(3)
+    results = {}
+    for dtype in ("float32", "bfloat16"):
+        m = with_dtype(model, dtype)
+        state = TrainState.create(m.params, optimizer)
+        state, metrics = make_train_step(m, optimizer)(state, dict(batch), key)
+        assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.params))
+        results[dtype] = (state.params, float(metrics["loss"]))
+    (p32, loss32), (p16, loss16) = results["float32"], results["bfloat16"]
+    assert abs(loss16 - loss32) <= 0.02 * abs(loss32)
+
+    # The first Adam update is lr * sign(grad) almost everywhere: bf16 gradients agree in sign.
+    def update(params):
+        return np.concatenate([np.ravel(a - b) for a, b in zip(
+            jax.tree.leaves(params), jax.tree.leaves(model.params), strict=True)])  # fmt: skip
+
+    delta32, delta16 = update(p32), update(p16)
+    cosine = delta32 @ delta16 / np.linalg.norm(delta32) / np.linalg.norm(delta16)
+    assert cosine > 0.9, cosine
+
+
+def test_bf16_head_scores_rank_heads_as_fp32(bert):
+    model, batch = bert
+    his32, ae32 = his_and_entropy(model, [batch])
+    his16, ae16 = his_and_entropy(with_dtype(model, "bfloat16"), [batch])
+    np.testing.assert_allclose(ae16, ae32, rtol=0.02)
+    rank = lambda x: np.argsort(np.argsort(x.ravel()))  # noqa: E731
+    assert np.corrcoef(rank(his16), rank(his32))[0, 1] > 0.9
+
+
+def test_loss_of_bf16_logits_is_computed_in_fp32(bert):
+    model, batch = bert
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    logits = with_dtype(model, "bfloat16")(**inputs).logits
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+    assert loss.dtype == jnp.float32

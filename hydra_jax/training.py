@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 from hydra_jax.data import Dataset, epoch_batches
 from hydra_jax.models import Model
+from hydra_jax.models.sharding import place_batch, place_params
 from hydra_jax.models.vit import normalise
 
 logger = logging.getLogger(__name__)
@@ -273,7 +274,7 @@ def fit(
         workdir / "checkpoints",
         options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True),
     )
-    state = _restore(manager, state, workdir)
+    state = _restore(manager, place_params(state), workdir)  # laid out on the mesh, if any
     start = int(state.step)
     log_file = workdir / "metrics.jsonl"
     _truncate_log(log_file, start)
@@ -291,7 +292,7 @@ def fit(
                                                     epoch)}  # fmt: skip
             examples = epoch_cache[epoch][index]
             key = jax.random.fold_in(base_key, step)
-            state, metrics = step_fn(state, train.batch(examples), key)
+            state, metrics = step_fn(state, place_batch(train.batch(examples)), key)
             loss = float(metrics["loss"])
             if not np.isfinite(loss):
                 raise FloatingPointError(

@@ -16,6 +16,9 @@ os.environ["XLA_FLAGS"] = (
 import jax
 import pytest
 
+# 8 CPU devices for the mesh tests (tests/test_sharding.py); set before the backend starts.
+# Everything else runs on device 0, as on a one-device machine.
+jax.config.update("jax_num_cpu_devices", 8)
 jax.config.update("jax_default_matmul_precision", "highest")
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")

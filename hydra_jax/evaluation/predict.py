@@ -20,17 +20,23 @@ from tqdm.auto import tqdm
 from hydra_jax import metrics
 from hydra_jax.data import Dataset, eval_batches
 from hydra_jax.ensembles.baselines import Forward
+from hydra_jax.models.sharding import place_batch, place_params
 
 OOD_SCORES = ("msp", "entropy", "energy", "mi")
 
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-    """A named forward function with its weights; `forward(weights, batch) -> [B, M, C]`."""
+    """A named forward function with its weights; `forward(weights, batch) -> [B, M, C]`.
+
+    `stacked`: every weight has a leading member axis (a Deep Ensemble's `stack`), which a mesh
+    splits over `member` (`hydra_jax.models.sharding`).
+    """
 
     name: str
     forward: Forward
     weights: Any
+    stacked: bool = False
 
     @property
     def num_params(self) -> int:
@@ -45,10 +51,11 @@ def predict(method: Method, data: Dataset, batch_size: int, progress: bool = Tru
     head masks, other members) of the same shapes compile nothing new.
     """
     forward = jax.jit(method.forward)
+    weights = place_params(method.weights, method.stacked)  # on the current mesh, if any
     out = None
     batches = eval_batches(data.lengths, batch_size)
     for index in tqdm(batches, desc=method.name, leave=False, disable=not progress):
-        logits = np.asarray(forward(method.weights, data.batch(index, batch_size)))
+        logits = np.asarray(forward(weights, place_batch(data.batch(index, batch_size))))
         if out is None:
             out = np.zeros((len(data), *logits.shape[1:]), np.float32)
         out[index] = logits[: len(index)]

@@ -86,7 +86,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
         fused = ensembles.fuse(members)
         methods = {
             "per_member_mlp": Method("per_member_mlp", forwards.deep_ensemble(members[0]),
-                                     forwards.stack(members)),
+                                     forwards.stack(members), stacked=True),
             "averaged_mlp": Method("averaged_mlp", logits_forward(fused), fused.params),
         }  # fmt: skip
         for mlp, method in methods.items():

@@ -123,7 +123,7 @@ def methods(
     available = {
         "single": lambda: Method("single", baselines.single(single), single.params),
         "deep_ensemble": lambda: Method(
-            "deep_ensemble", baselines.deep_ensemble(single), baselines.stack(models)
+            "deep_ensemble", baselines.deep_ensemble(single), baselines.stack(models), True
         ),
         "mc_dropout": lambda: Method(
             "mc_dropout", baselines.mc_dropout(single, config.mc_dropout_samples), single.params

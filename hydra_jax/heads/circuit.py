@@ -25,6 +25,7 @@ import numpy as np
 from hydra_jax import metrics
 from hydra_jax.heads.scoring import minmax
 from hydra_jax.models import Model, encoder_of, input_names
+from hydra_jax.models.sharding import place_batch, place_params
 
 Objective = Literal["nll", "auroc", "avg"]
 OBJECTIVES = ("nll", "auroc", "avg")
@@ -92,7 +93,9 @@ class CircuitSearch:
         self, data: UncertaintyBatches, keep_per_layer: int, objective: Objective = "avg"
     ) -> np.ndarray:
         """Returns the kept heads, bool `[L, N]`."""
-        L, N, params = self.L, self.N, self.model.params
+        L, N = self.L, self.N
+        params = place_params(self.model.params)  # on the current mesh, if any
+        batches = [place_batch(b) for b in data.batches]
         if objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
         if not 1 <= keep_per_layer <= N:
@@ -107,7 +110,7 @@ class CircuitSearch:
                     np.concatenate(
                         [
                             np.asarray(self._suffix(params, b, hidden[i], mask, l=l))
-                            for i, b in enumerate(data.batches)
+                            for i, b in enumerate(batches)
                         ]
                     )
                     for mask in masks
@@ -120,8 +123,7 @@ class CircuitSearch:
             if l + 1 < L:
                 mask = keep.astype(np.float32)
                 hidden = [
-                    self._advance(params, b, hidden[i], mask, l=l)
-                    for i, b in enumerate(data.batches)
+                    self._advance(params, b, hidden[i], mask, l=l) for i, b in enumerate(batches)
                 ]
         return keep
 

@@ -28,6 +28,7 @@ from jax.scipy.special import xlogy
 
 from hydra_jax.models import Model, check_inputs, encoder_of, input_names
 from hydra_jax.models.config import ArchConfig
+from hydra_jax.models.sharding import place_batch, place_params
 
 METHODS = ("taylor", "his", "entropy", "hies", "ad", "l2", "random")
 Batch = dict[str, Any]
@@ -109,6 +110,7 @@ def his_and_entropy(
     if len(set(encoder_of(model.config).num_heads)) != 1:
         raise ValueError("score a model before compacting it (layers have unequal head counts)")
     stats = _head_stats(model.config, use_labels)
+    params = place_params(model.params)  # on the current mesh, if any
     grad_sum = entropy_sum = 0.0
     count = 0
     for batch in batches:
@@ -117,7 +119,7 @@ def his_and_entropy(
         if not use_labels:
             batch = {k: v for k, v in batch.items() if k != "labels"}
         check_inputs(model.config, batch)
-        grads, entropy = stats(model.params, batch)
+        grads, entropy = stats(params, place_batch(batch))
         grad_sum = grad_sum + np.asarray(grads, np.float64).sum(0)
         entropy_sum = entropy_sum + np.asarray(entropy, np.float64).sum(0)
         count += grads.shape[0]

@@ -1,0 +1,132 @@
+"""Where weights and batches live on a device mesh: one table of partition rules.
+
+Mesh axes (`AXES`):
+  `data`    the batch axis of every input;
+  `member`  the stacked member axis M of a fused Hydra's `members` weights, and of a Deep
+            Ensemble's stacked weights;
+  `heads`   the head axis N of the q/k/v kernels `[D, N, K]`, their biases `[N, K]` and the
+            output kernel `[N, K, D]`: tensor parallelism that falls out of our layout (each
+            device holds whole heads; the output projection's sum over heads becomes one
+            all-reduce).
+Everything else (embeddings, MLPs, LayerNorms, heads) is replicated. A dimension that its mesh
+axis does not divide (a pruned layer of 3 heads on `heads=2`, a last batch of 5 rows on
+`data=4`) is replicated instead, so the mesh never changes a result.
+
+The rest of the package is sharding-agnostic: `jax.jit` propagates input shardings (GSPMD). The
+entry points that feed compiled programs (training, prediction, head scoring, circuit search)
+place their weights with `place_params` and each batch with `place_batch`; both do nothing when
+no mesh is set, so on one device nothing changes. To run under a mesh:
+
+    with jax.set_mesh(make_mesh(data=4, member=2)):
+        model = fit(model, train, settings, workdir)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+AXES = ("data", "member", "heads")
+
+# Parameter path (keys joined by "/", matched at the end) -> axes of its trailing dimensions.
+# Leaves under a fused Hydra's `members`, and every leaf of a stacked Deep Ensemble, also have a
+# leading `member` axis. Optimiser states (Adam's moments) mirror their parameters' paths.
+RULES: tuple[tuple[re.Pattern[str], tuple[str | None, ...]], ...] = (
+    (re.compile(r"attention/(query|key|value)/kernel$"), (None, "heads", None)),  # [D, N, K]
+    (re.compile(r"attention/(query|key|value)/bias$"), ("heads", None)),  # [N, K]
+    (re.compile(r"attention/out/kernel$"), ("heads", None, None)),  # [N, K, D]
+)
+MEMBERS = re.compile(r"(^|/)members/")
+
+
+def make_mesh(
+    data: int = 1, member: int = 1, heads: int = 1, devices: Sequence[jax.Device] | None = None
+) -> Mesh:
+    """A `data x member x heads` mesh (JAX's Auto sharding) over the first devices.
+
+    Raises:
+      ValueError: a size below 1, or more devices asked for than there are.
+    """
+    sizes = {"data": data, "member": member, "heads": heads}
+    bad = {k: v for k, v in sizes.items() if not isinstance(v, int) or v < 1}
+    if bad:
+        raise ValueError(f"mesh axis sizes must be positive integers, got {bad}")
+    devices = list(jax.devices() if devices is None else devices)
+    needed = data * member * heads
+    if needed > len(devices):
+        raise ValueError(
+            f"mesh data={data} x member={member} x heads={heads} needs {needed} devices; "
+            f"{len(devices)} available ({devices[0].platform})"
+        )
+    grid = np.array(devices[:needed]).reshape(data, member, heads)
+    return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * len(AXES))
+
+
+def path_string(path: tuple[Any, ...]) -> str:
+    """`"encoder/layer_0/attention/query/kernel"` from a `jax.tree_util` key path."""
+    names = []
+    for key in path:
+        for attribute in ("key", "name", "idx"):
+            if hasattr(key, attribute):
+                names.append(str(getattr(key, attribute)))
+                break
+    return "/".join(names)
+
+
+def _fit(axes: tuple[str | None, ...], shape: tuple[int, ...], mesh: Mesh) -> P:
+    """`axes` as a spec of `shape`, each axis dropped where the mesh does not divide its dim."""
+    pairs = zip(axes, shape, strict=True)
+    return P(*(a if a is None or d % mesh.shape[a] == 0 else None for a, d in pairs))
+
+
+def param_spec(path: str, shape: tuple[int, ...], mesh: Mesh, stacked: bool = False) -> P:
+    """The spec of the weight at `path` (`stacked`: every leaf has a leading member axis)."""
+    lead = ("member",) if stacked or MEMBERS.search(path) else ()
+    rule = next((axes for pattern, axes in RULES if pattern.search(path)), ())
+    if len(shape) < len(lead) + len(rule):  # not the layout the rule describes
+        rule = ()
+    axes = lead + (None,) * (len(shape) - len(lead) - len(rule)) + rule
+    return _fit(axes, shape, mesh)
+
+
+def param_shardings(tree: Any, mesh: Mesh, stacked: bool = False) -> Any:
+    """`NamedSharding`s for every leaf of a weight (or train state) tree."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: NamedSharding(
+            mesh, param_spec(path_string(path), np.shape(x), mesh, stacked)
+        ),
+        tree,
+    )
+
+
+def batch_shardings(batch: Any, mesh: Mesh) -> Any:
+    """Every input split along its leading (batch) axis over `data`."""
+
+    def sharding(x: Any) -> NamedSharding:
+        return NamedSharding(mesh, _fit(("data",) + (None,) * (np.ndim(x) - 1), np.shape(x), mesh))
+
+    return jax.tree.map(sharding, batch)
+
+
+def current_mesh() -> Mesh | None:
+    """The mesh set by `jax.set_mesh`, or None."""
+    mesh = jax.sharding.get_mesh()
+    return None if mesh.empty else mesh
+
+
+def place_params(tree: Any, stacked: bool = False) -> Any:
+    """`tree` laid out by `RULES` on the current mesh; unchanged when none is set."""
+    mesh = current_mesh()
+    return tree if mesh is None else jax.device_put(tree, param_shardings(tree, mesh, stacked))
+
+
+def place_batch(batch: Any) -> Any:
+    """`batch` split over `data` on the current mesh; unchanged when none is set."""
+    mesh = current_mesh()
+    return batch if mesh is None else jax.device_put(batch, batch_shardings(batch, mesh))

@@ -1,0 +1,137 @@
+"""Runs on a mesh of 8 CPU devices (conftest) equal runs on one device: prediction (single,
+fused Hydra, stacked Deep Ensemble), head scores, circuit search and training, for data=8,
+data=4 x member=2 and data=2 x heads=4; and the partition rules lay arrays out as they say."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import hydra_jax as hj
+from hydra_jax import hydra
+from hydra_jax.data import TokenizedSet, uncertainty_batches
+from hydra_jax.ensembles import baselines
+from hydra_jax.evaluation import Method, logits_forward, predict
+from hydra_jax.heads import CircuitSearch, his_and_entropy
+from hydra_jax.models import BertConfig, EncoderConfig, with_classifier
+from hydra_jax.models.sharding import make_mesh, param_shardings, path_string, place_params
+from hydra_jax.training import TrainSettings, fit
+
+L, N, K = 2, 8, 3  # 2 members keep 4 heads each: heads=4 divides both N and a member's heads
+CONFIG = BertConfig(
+    EncoderConfig((N,) * L, N * K, K, 20, "gelu", 1e-12, pre_norm=False, dropout=0.1),
+    vocab_size=31, max_positions=24, type_vocab_size=2,
+)  # fmt: skip
+MESHES = {"data=8": (8, 1, 1), "data=4 x member=2": (4, 2, 1), "data=2 x heads=4": (2, 1, 4)}
+# A small learning rate: Adam turns a gradient near its epsilon into a step of about lr either
+# way, so rounding noise moves such weights by up to lr between device layouts.
+SETTINGS = TrainSettings(epochs=1, batch_size=8, learning_rate=3e-4, warmup_fraction=0.0,
+                         checkpoint_every=2, log_every=1)  # fmt: skip
+
+
+def tokens(rng: np.random.Generator, n: int) -> list[np.ndarray]:
+    return [np.r_[1, rng.integers(3, 31, rng.integers(2, 11)), 2].astype(np.int32)
+            for _ in range(n)]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def setup():
+    assert len(jax.devices()) == 8, "conftest asks for 8 CPU devices"
+    rng = np.random.default_rng(0)
+    members = [with_classifier(hj.Model.init(CONFIG, jax.random.key(m)), 3, jax.random.key(9))
+               for m in range(2)]  # fmt: skip
+    single = members[0]
+    keep = np.zeros((2, L, N), bool)
+    keep[0, :, :4], keep[1, :, 4:] = True, True
+    fused = hydra.fuse(hydra.members_from(single, keep))
+    methods = [
+        Method("single", baselines.single(single), single.params),
+        Method("hydra", logits_forward(fused), fused.params),
+        Method("deep_ensemble", baselines.deep_ensemble(single), baselines.stack(members), True),
+    ]
+    test = TokenizedSet(tokens(rng, 21), rng.integers(0, 3, 21))
+    train = TokenizedSet(tokens(rng, 32), rng.integers(0, 3, 32))
+    search = uncertainty_batches(TokenizedSet(tokens(rng, 12), rng.integers(0, 3, 12)),
+                                 TokenizedSet(tokens(rng, 12), np.zeros(12, int)), 8)  # fmt: skip
+    return single, methods, test, train, search
+
+
+def run_all(setup, workdir):
+    single, methods, test, train, search = setup
+    calibration = [train.batch(np.arange(i, i + 8)) for i in (0, 8)]
+    return {
+        "predict": {m.name: predict(m, test, 8, progress=False) for m in methods},
+        "scores": his_and_entropy(single, calibration),
+        "circuit": CircuitSearch(single)(search, keep_per_layer=3, objective="avg"),
+        "fit": fit(single, train, SETTINGS, workdir).params,
+    }
+
+
+@pytest.fixture(scope="module")
+def one_device(setup, tmp_path_factory):
+    return run_all(setup, tmp_path_factory.mktemp("one"))
+
+
+@pytest.mark.parametrize("mesh", MESHES)
+def test_a_mesh_gives_the_one_device_results(setup, one_device, mesh, tmp_path):
+    with jax.set_mesh(make_mesh(*MESHES[mesh])):
+        got = run_all(setup, tmp_path)
+    for name, logits in one_device["predict"].items():
+        np.testing.assert_allclose(got["predict"][name], logits, atol=1e-5, err_msg=name)
+    for a, b in zip(got["scores"], one_device["scores"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(got["circuit"], one_device["circuit"])
+    # Key biases are left out: their exact gradient is 0 (softmax ignores a constant shift per
+    # query), so Adam scales rounding noise (~1e-9) up to steps of ~1e-4 either way.
+    flat_got = jax.tree_util.tree_flatten_with_path(got["fit"])[0]
+    flat_one = jax.tree_util.tree_flatten_with_path(one_device["fit"])[0]
+    for (path, a), (_, b) in zip(flat_got, flat_one, strict=True):
+        name = path_string(path)
+        if not name.endswith("key/bias"):
+            np.testing.assert_allclose(a, b, atol=1e-5, err_msg=name)
+
+
+def test_training_state_is_laid_out_by_the_rules(setup, tmp_path):
+    single, _, _, train, _ = setup
+    mesh = make_mesh(2, 1, 4)
+    with jax.set_mesh(mesh):
+        params = fit(single, train, SETTINGS, tmp_path).params
+    query = params["encoder"]["layer_0"]["attention"]["query"]["kernel"]  # [D, N, K]
+    assert query.sharding.is_equivalent_to(NamedSharding(mesh, P(None, "heads", None)), 3)
+    assert len(query.addressable_shards) == 8 and query.addressable_shards[0].data.shape[1] == 2
+    fc1 = params["encoder"]["layer_0"]["mlp"]["fc1"]["kernel"]
+    assert fc1.sharding.is_fully_replicated  # MLPs are replicated
+
+
+def test_partition_rules():
+    mesh = make_mesh(2, 2, 2)
+    fused = {"shared": {"encoder": {"layer_0": {"mlp": {"fc1": {"kernel": np.zeros((4, 6))}}}}},
+             "members": {"encoder": {"layer_0": {"attention": {
+                 "query": {"kernel": np.zeros((2, 4, 2, 3)), "bias": np.zeros((2, 2, 3))},
+                 "out": {"kernel": np.zeros((2, 2, 3, 4))}}}}}}  # fmt: skip
+    specs = jax.tree.map(lambda s: s.spec, param_shardings(fused, mesh))
+    attention = specs["members"]["encoder"]["layer_0"]["attention"]
+    assert attention["query"]["kernel"] == P("member", None, "heads", None)
+    assert attention["query"]["bias"] == P("member", "heads", None)
+    assert attention["out"]["kernel"] == P("member", "heads", None, None)
+    assert specs["shared"]["encoder"]["layer_0"]["mlp"]["fc1"]["kernel"] == P(None, None)
+    # A dimension the mesh does not divide is replicated: 3 heads on heads=2, 3 members.
+    odd = {"attention": {"query": {"kernel": np.zeros((3, 4, 3, 3))}}}
+    assert param_shardings(odd, mesh, stacked=True)["attention"]["query"]["kernel"].spec == P(
+        None, None, None, None
+    )
+
+
+def test_mesh_sizes_are_checked():
+    with pytest.raises(ValueError, match="needs 16 devices; 8 available"):
+        make_mesh(data=4, member=4)
+    with pytest.raises(ValueError, match="positive integers"):
+        make_mesh(data=0)
+
+
+def test_without_a_mesh_nothing_is_moved():
+    params = {"attention": {"query": {"kernel": np.zeros((4, 2, 3))}}}
+    assert place_params(params) is params

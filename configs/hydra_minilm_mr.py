@@ -78,5 +78,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if seed:  # study seed S: the baselines of that seed (`configs/minilm_mr.py:VARIANT,S`)
         c.title += f", study seed {seed}"
         c.base_workdir += f"_seed{seed}"
+    # The device mesh the run is laid out on (README, "Scale"); it changes no result.
+    c.mesh = ml_collections.ConfigDict(dict(data=1, member=1, heads=1))
     c.lock()
     return c

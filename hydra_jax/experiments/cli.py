@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -9,12 +10,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
 import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from hydra_jax.experiments import stages
 from hydra_jax.experiments.common import WorkdirError, flat
+from hydra_jax.models.sharding import make_mesh
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "experiment config file (configs/NAME.py[:VARIANT])", lock_config=True
@@ -62,7 +65,9 @@ def run(stage_index: int) -> Callable[[list[str]], None]:
         logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
         config: ml_collections.ConfigDict = _CONFIG.value
         try:
-            stages(config)[stage_index](config, Path(_WORKDIR.value))
+            mesh = make_mesh(**config.mesh)  # on one device, no mesh at all: nothing moves
+            with jax.set_mesh(mesh) if mesh.size > 1 else contextlib.nullcontext():
+                stages(config)[stage_index](config, Path(_WORKDIR.value))
         except (WorkdirError, FileNotFoundError, ValueError, FloatingPointError) as error:
             # A named, expected problem: one line, no traceback (HYDRA_JAX_DEBUG=1 shows it).
             if os.environ.get("HYDRA_JAX_DEBUG"):

@@ -33,8 +33,8 @@ from hydra_jax.evaluation import (
 )
 from hydra_jax.models import EncoderConfig, Model, ViTConfig
 
-# Keys that change no result (only how a run is labelled).
-COSMETIC_KEYS = frozenset({"title"})
+# Keys that change no result: how a run is labelled, and the device mesh it is laid out on.
+COSMETIC_KEYS = frozenset({"title", "mesh.data", "mesh.member", "mesh.heads"})
 # Keys added after runs were recorded, with the value that reproduces those runs: a recorded
 # config without one is read as having that value.
 ADDED_KEYS = {"eval.dtype": "float32"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -277,12 +278,14 @@ def fit(
     state = _restore(manager, place_params(state), workdir)  # laid out on the mesh, if any
     start = int(state.step)
     log_file = workdir / "metrics.jsonl"
-    _truncate_log(log_file, start)
+    primary = jax.process_index() == 0  # with several processes, one writes the log
+    if primary:
+        _truncate_log(log_file, start)
     step_fn = step_fn or make_train_step(model, optimizer, loss)
     base_key = jax.random.key(settings.seed)
     lengths = train.lengths
     epoch_cache: dict[int, list[np.ndarray]] = {}
-    log = log_file.open("a")
+    log = log_file.open("a") if primary else open(os.devnull, "w")  # noqa: SIM115
     progress = tqdm(total=total_steps, initial=start, desc=f"train {workdir.name}", leave=False)
     try:
         for step in range(start, total_steps):

@@ -4,6 +4,13 @@ data=4 x member=2 and data=2 x heads=4; and the partition rules lay arrays out a
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
 import jax
 import numpy as np
 import pytest
@@ -17,7 +24,13 @@ from hydra_jax.ensembles import baselines
 from hydra_jax.evaluation import Method, logits_forward, predict
 from hydra_jax.heads import CircuitSearch, his_and_entropy
 from hydra_jax.models import BertConfig, EncoderConfig, with_classifier
-from hydra_jax.models.sharding import make_mesh, param_shardings, path_string, place_params
+from hydra_jax.models.sharding import (
+    make_mesh,
+    param_shardings,
+    path_string,
+    place_params,
+    to_host,
+)
 from hydra_jax.training import TrainSettings, fit
 
 L, N, K = 2, 8, 3  # 2 members keep 4 heads each: heads=4 divides both N and a member's heads
@@ -40,6 +53,11 @@ def tokens(rng: np.random.Generator, n: int) -> list[np.ndarray]:
 @pytest.fixture(scope="module")
 def setup():
     assert len(jax.devices()) == 8, "conftest asks for 8 CPU devices"
+    return scenario()
+
+
+def scenario():
+    """The models and data every run compares (also built by tests/multiprocess_worker.py)."""
     rng = np.random.default_rng(0)
     members = [with_classifier(hj.Model.init(CONFIG, jax.random.key(m)), 3, jax.random.key(9))
                for m in range(2)]  # fmt: skip
@@ -60,14 +78,31 @@ def setup():
 
 
 def run_all(setup, workdir):
+    """Prediction, head scores, circuit search and training, as host arrays."""
     single, methods, test, train, search = setup
     calibration = [train.batch(np.arange(i, i + 8)) for i in (0, 8)]
     return {
         "predict": {m.name: predict(m, test, 8, progress=False) for m in methods},
         "scores": his_and_entropy(single, calibration),
         "circuit": CircuitSearch(single)(search, keep_per_layer=3, objective="avg"),
-        "fit": fit(single, train, SETTINGS, workdir).params,
+        "fit": jax.tree.map(to_host, fit(single, train, SETTINGS, workdir).params),
     }
+
+
+def assert_same_results(got, want):
+    for name, logits in want["predict"].items():
+        np.testing.assert_allclose(got["predict"][name], logits, atol=1e-5, err_msg=name)
+    for a, b in zip(got["scores"], want["scores"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(got["circuit"], want["circuit"])
+    # Key biases are left out: their exact gradient is 0 (softmax ignores a constant shift per
+    # query), so Adam scales rounding noise (~1e-9) up to steps of ~lr either way.
+    flat_got = jax.tree_util.tree_flatten_with_path(got["fit"])[0]
+    flat_want = jax.tree_util.tree_flatten_with_path(want["fit"])[0]
+    for (path, a), (_, b) in zip(flat_got, flat_want, strict=True):
+        name = path_string(path)
+        if not name.endswith("key/bias"):
+            np.testing.assert_allclose(a, b, atol=1e-5, err_msg=name)
 
 
 @pytest.fixture(scope="module")
@@ -79,19 +114,56 @@ def one_device(setup, tmp_path_factory):
 def test_a_mesh_gives_the_one_device_results(setup, one_device, mesh, tmp_path):
     with jax.set_mesh(make_mesh(*MESHES[mesh])):
         got = run_all(setup, tmp_path)
-    for name, logits in one_device["predict"].items():
-        np.testing.assert_allclose(got["predict"][name], logits, atol=1e-5, err_msg=name)
-    for a, b in zip(got["scores"], one_device["scores"], strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
-    np.testing.assert_array_equal(got["circuit"], one_device["circuit"])
-    # Key biases are left out: their exact gradient is 0 (softmax ignores a constant shift per
-    # query), so Adam scales rounding noise (~1e-9) up to steps of ~1e-4 either way.
-    flat_got = jax.tree_util.tree_flatten_with_path(got["fit"])[0]
-    flat_one = jax.tree_util.tree_flatten_with_path(one_device["fit"])[0]
-    for (path, a), (_, b) in zip(flat_got, flat_one, strict=True):
-        name = path_string(path)
-        if not name.endswith("key/bias"):
-            np.testing.assert_allclose(a, b, atol=1e-5, err_msg=name)
+    assert_same_results(got, one_device)
+
+
+def test_two_processes_give_the_one_device_results(one_device, tmp_path):
+    """2 processes x 4 CPU devices (jax.distributed, gloo), one global data=4 x member=2 mesh:
+    every check of the one-device run in one launch (a launch costs seconds)."""
+    results = launch_workers(tmp_path)
+    got = {
+        "predict": {
+            k[len("predict/") :]: v for k, v in results.items() if k.startswith("predict/")
+        },
+        "scores": (results["his"], results["entropy"]),
+        "circuit": results["circuit"],
+        "fit": jax.tree_util.tree_unflatten(
+            jax.tree_util.tree_structure(one_device["fit"]),
+            [results[f"fit/{i}"] for i in range(len(jax.tree.leaves(one_device["fit"])))],
+        ),
+    }
+    assert_same_results(got, one_device)
+    # Only process 0 wrote the training log: one line per step, none twice.
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert steps == sorted(set(steps))
+
+
+def launch_workers(tmp_path: Path, attempts: int = 2) -> dict[str, np.ndarray]:
+    """Runs tests/multiprocess_worker.py as processes 0 and 1; their results (process 0's)."""
+    worker = Path(__file__).parent / "multiprocess_worker.py"
+    env = {**os.environ, "JAX_NUM_CPU_DEVICES": "4"}
+    for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):  # can hang the init
+        env.pop(k, None)
+    for _ in range(attempts):
+        with socket.socket() as s:
+            s.bind(("localhost", 0))
+            port = s.getsockname()[1]
+        procs = [subprocess.Popen([sys.executable, str(worker), str(i), str(port), str(tmp_path)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  env=env) for i in range(2)]  # fmt: skip
+        outputs = []
+        try:
+            outputs = [p.communicate(timeout=240)[0] for p in procs]
+        finally:
+            for p in procs:
+                p.kill()
+        codes = [p.returncode for p in procs]
+        if codes == [0, 0]:
+            with np.load(tmp_path / "results.npz") as npz:
+                return dict(npz)
+        if -11 not in codes:  # a segfault is a coordinator port taken meanwhile: try another
+            break
+    raise AssertionError(f"workers exited {codes}:\n" + "\n".join(o[-3000:] for o in outputs))
 
 
 def test_training_state_is_laid_out_by_the_rules(setup, tmp_path):

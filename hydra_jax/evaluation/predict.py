@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from hydra_jax import metrics
 from hydra_jax.data import Dataset, eval_batches
 from hydra_jax.ensembles.baselines import Forward
-from hydra_jax.models.sharding import place_batch, place_params
+from hydra_jax.models.sharding import place_batch, place_params, to_host
 
 OOD_SCORES = ("msp", "entropy", "energy", "mi")
 
@@ -55,7 +55,7 @@ def predict(method: Method, data: Dataset, batch_size: int, progress: bool = Tru
     out = None
     batches = eval_batches(data.lengths, batch_size)
     for index in tqdm(batches, desc=method.name, leave=False, disable=not progress):
-        logits = np.asarray(forward(weights, place_batch(data.batch(index, batch_size))))
+        logits = to_host(forward(weights, place_batch(data.batch(index, batch_size))))
         if out is None:
             out = np.zeros((len(data), *logits.shape[1:]), np.float32)
         out[index] = logits[: len(index)]

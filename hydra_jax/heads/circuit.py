@@ -25,7 +25,7 @@ import numpy as np
 from hydra_jax import metrics
 from hydra_jax.heads.scoring import minmax
 from hydra_jax.models import Model, encoder_of, input_names
-from hydra_jax.models.sharding import place_batch, place_params
+from hydra_jax.models.sharding import place_batch, place_params, to_host
 
 Objective = Literal["nll", "auroc", "avg"]
 OBJECTIVES = ("nll", "auroc", "avg")
@@ -109,7 +109,7 @@ class CircuitSearch:
                 [
                     np.concatenate(
                         [
-                            np.asarray(self._suffix(params, b, hidden[i], mask, l=l))
+                            to_host(self._suffix(params, b, hidden[i], mask, l=l))
                             for i, b in enumerate(batches)
                         ]
                     )

@@ -28,7 +28,7 @@ from jax.scipy.special import xlogy
 
 from hydra_jax.models import Model, check_inputs, encoder_of, input_names
 from hydra_jax.models.config import ArchConfig
-from hydra_jax.models.sharding import place_batch, place_params
+from hydra_jax.models.sharding import place_batch, place_params, to_host
 
 METHODS = ("taylor", "his", "entropy", "hies", "ad", "l2", "random")
 Batch = dict[str, Any]
@@ -120,8 +120,8 @@ def his_and_entropy(
             batch = {k: v for k, v in batch.items() if k != "labels"}
         check_inputs(model.config, batch)
         grads, entropy = stats(params, place_batch(batch))
-        grad_sum = grad_sum + np.asarray(grads, np.float64).sum(0)
-        entropy_sum = entropy_sum + np.asarray(entropy, np.float64).sum(0)
+        grad_sum = grad_sum + to_host(grads).astype(np.float64).sum(0)
+        entropy_sum = entropy_sum + to_host(entropy).astype(np.float64).sum(0)
         count += grads.shape[0]
     if count == 0:
         raise ValueError("no calibration examples: batches was empty")

@@ -14,8 +14,11 @@ axis does not divide (a pruned layer of 3 heads on `heads=2`, a last batch of 5 
 
 The rest of the package is sharding-agnostic: `jax.jit` propagates input shardings (GSPMD). The
 entry points that feed compiled programs (training, prediction, head scoring, circuit search)
-place their weights with `place_params` and each batch with `place_batch`; both do nothing when
-no mesh is set, so on one device nothing changes. To run under a mesh:
+place their weights with `place_params` and each batch with `place_batch`, and bring results to
+the host with `to_host` (the edge: metrics); all three do nothing special when no mesh is set,
+so on one device nothing changes. With several processes (`jax.distributed`), every process
+holds the same host data and each places the shards its own devices hold, so a global mesh
+spans hosts unchanged. To run under a mesh:
 
     with jax.set_mesh(make_mesh(data=4, member=2)):
         model = fit(model, train, settings, workdir)
@@ -29,6 +32,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -120,13 +124,31 @@ def current_mesh() -> Mesh | None:
     return None if mesh.empty else mesh
 
 
+def _put(tree: Any, shardings: Any) -> Any:
+    if jax.process_count() == 1:
+        return jax.device_put(tree, shardings)
+
+    def put(x: Any, sharding: NamedSharding) -> jax.Array:  # this process's shards only
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    return jax.tree.map(put, tree, shardings)
+
+
 def place_params(tree: Any, stacked: bool = False) -> Any:
     """`tree` laid out by `RULES` on the current mesh; unchanged when none is set."""
     mesh = current_mesh()
-    return tree if mesh is None else jax.device_put(tree, param_shardings(tree, mesh, stacked))
+    return tree if mesh is None else _put(tree, param_shardings(tree, mesh, stacked))
 
 
 def place_batch(batch: Any) -> Any:
     """`batch` split over `data` on the current mesh; unchanged when none is set."""
     mesh = current_mesh()
-    return batch if mesh is None else jax.device_put(batch, batch_shardings(batch, mesh))
+    return batch if mesh is None else _put(batch, batch_shardings(batch, mesh))
+
+
+def to_host(x: jax.Array) -> np.ndarray:
+    """A (possibly sharded, possibly multi-host) array as one numpy array in every process."""
+    if getattr(x, "is_fully_addressable", True) or x.is_fully_replicated:
+        return np.asarray(x)
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))

@@ -1,0 +1,54 @@
+"""One process of the 2-process check in tests/test_sharding.py.
+
+    python tests/multiprocess_worker.py PROCESS_ID PORT OUT_DIR
+
+Joins a 2-process JAX runtime on localhost (gloo collectives; this process's 4 CPU devices
+come from JAX_NUM_CPU_DEVICES), builds the global data=4 x member=2 mesh over all 8 devices and
+runs `test_sharding.run_all` under it: training (checkpoints in OUT_DIR/run, shared), prediction,
+head scores and circuit search. Process 0 writes the results to OUT_DIR/results.npz. A failure
+prints its traceback and exits at once, without waiting on the shutdown barrier.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+
+
+def main(process_id: int, port: int, out: Path) -> None:
+    import jax
+
+    jax.distributed.initialize(
+        coordinator_address=f"localhost:{port}", num_processes=2, process_id=process_id,
+        initialization_timeout=60, heartbeat_timeout_seconds=10, shutdown_timeout_seconds=10,
+    )  # fmt: skip
+    jax.config.update("jax_default_matmul_precision", "highest")  # as tests/conftest.py
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_sharding import run_all, scenario
+
+    from hydra_jax.models.sharding import make_mesh
+
+    assert jax.process_count() == 2 and len(jax.devices()) == 8, jax.devices()
+    with jax.set_mesh(make_mesh(data=4, member=2)):
+        results = run_all(scenario(), out / "run")
+    if process_id == 0:
+        flat = {f"predict/{k}": v for k, v in results["predict"].items()}
+        flat |= {"his": results["scores"][0], "entropy": results["scores"][1]}
+        flat |= {"circuit": results["circuit"]}
+        flat |= {f"fit/{i}": x for i, x in enumerate(jax.tree.leaves(results["fit"]))}
+        np.savez(out / "results.npz", **flat)
+    jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    try:
+        main(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]))
+    except BaseException:
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)

@@ -24,9 +24,9 @@ import orbax.checkpoint as ocp
 from flax import struct
 from tqdm.auto import tqdm
 
-from hydra_jax.data import Dataset, epoch_batches
+from hydra_jax.data import Dataset, loader
 from hydra_jax.models import Model
-from hydra_jax.models.sharding import place_batch, place_params
+from hydra_jax.models.sharding import place_local_batch, place_params
 from hydra_jax.models.vit import normalise
 
 logger = logging.getLogger(__name__)
@@ -283,19 +283,19 @@ def fit(
         _truncate_log(log_file, start)
     step_fn = step_fn or make_train_step(model, optimizer, loss)
     base_key = jax.random.key(settings.seed)
-    lengths = train.lengths
-    epoch_cache: dict[int, list[np.ndarray]] = {}
+    batches = loader.training_batches(train, settings.batch_size, settings.seed, steps_per_epoch,
+                                      total_steps)  # fmt: skip
+    data = loader.iterate(batches, start)  # Grain; its position is the step (`data_position`)
     log = log_file.open("a") if primary else open(os.devnull, "w")  # noqa: SIM115
     progress = tqdm(total=total_steps, initial=start, desc=f"train {workdir.name}", leave=False)
     try:
         for step in range(start, total_steps):
             epoch, index = divmod(step, steps_per_epoch)
-            if epoch not in epoch_cache:
-                epoch_cache = {epoch: epoch_batches(lengths, settings.batch_size, settings.seed,
-                                                    epoch)}  # fmt: skip
-            examples = epoch_cache[epoch][index]
+            item = next(data)
+            examples = item["examples"]
             key = jax.random.fold_in(base_key, step)
-            state, metrics = step_fn(state, place_batch(train.batch(examples)), key)
+            batch = place_local_batch(item["batch"], settings.batch_size)
+            state, metrics = step_fn(state, batch, key)
             loss = float(metrics["loss"])
             if not np.isfinite(loss):
                 raise FloatingPointError(

@@ -4,9 +4,10 @@
 
 Joins a 2-process JAX runtime on localhost (gloo collectives; this process's 4 CPU devices
 come from JAX_NUM_CPU_DEVICES), builds the global data=4 x member=2 mesh over all 8 devices and
-runs `test_sharding.run_all` under it: training (checkpoints in OUT_DIR/run, shared), prediction,
-head scores and circuit search. Process 0 writes the results to OUT_DIR/results.npz. A failure
-prints its traceback and exits at once, without waiting on the shutdown barrier.
+runs `test_sharding.run_all` under it: training (stopped after 2 steps and resumed; checkpoints
+in OUT_DIR/run, shared), prediction, head scores and circuit search. Process 0 writes the
+results to OUT_DIR/results.npz. A failure prints its traceback and exits at once, without
+waiting on the shutdown barrier.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ def main(process_id: int, port: int, out: Path) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from test_sharding import run_all, scenario
 
-    from hydra_jax.models.sharding import make_mesh
+    from hydra_jax.models.sharding import make_mesh, process_rows
 
     assert jax.process_count() == 2 and len(jax.devices()) == 8, jax.devices()
     with jax.set_mesh(make_mesh(data=4, member=2)):
-        results = run_all(scenario(), out / "run")
+        assert process_rows(8) == slice(4 * process_id, 4 * process_id + 4)  # its half only
+        results = run_all(scenario(), out / "run", interrupted=True)
     if process_id == 0:
         flat = {f"predict/{k}": v for k, v in results["predict"].items()}
         flat |= {"his": results["scores"][0], "entropy": results["scores"][1]}

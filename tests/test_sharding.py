@@ -77,10 +77,13 @@ def scenario():
     return single, methods, test, train, search
 
 
-def run_all(setup, workdir):
-    """Prediction, head scores, circuit search and training, as host arrays."""
+def run_all(setup, workdir, interrupted: bool = False):
+    """Prediction, head scores, circuit search and training (`interrupted`: stopped after 2
+    steps, then resumed from its checkpoint), as host arrays."""
     single, methods, test, train, search = setup
     calibration = [train.batch(np.arange(i, i + 8)) for i in (0, 8)]
+    if interrupted:
+        fit(single, train, SETTINGS, workdir, stop_after=2)
     return {
         "predict": {m.name: predict(m, test, 8, progress=False) for m in methods},
         "scores": his_and_entropy(single, calibration),
@@ -119,7 +122,9 @@ def test_a_mesh_gives_the_one_device_results(setup, one_device, mesh, tmp_path):
 
 def test_two_processes_give_the_one_device_results(one_device, tmp_path):
     """2 processes x 4 CPU devices (jax.distributed, gloo), one global data=4 x member=2 mesh:
-    every check of the one-device run in one launch (a launch costs seconds)."""
+    every check of the one-device run in one launch (a launch costs seconds). Training stops
+    after 2 steps and resumes from the checkpoint both processes saved; each process loads
+    only its half of every training batch."""
     results = launch_workers(tmp_path)
     got = {
         "predict": {

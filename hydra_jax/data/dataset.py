@@ -31,11 +31,13 @@ class Dataset(Protocol):
         """`[N]` per-example size (tokens; constant for images): batches group similar sizes."""
         ...
 
-    def batch(self, index: np.ndarray, batch_size: int | None = None) -> Batch:
+    def batch(self, index: np.ndarray, batch_size: int | None = None, length: int = 0) -> Batch:
         """Model inputs and `labels` for examples `index`.
 
         With `batch_size`, filled to that many rows by repeating the first example (callers keep
-        the first `len(index)` rows), so a short last batch reuses the compiled program.
+        the first `len(index)` rows), so a short last batch reuses the compiled program. With
+        `length`, sequences pad to at least that size (the size of a whole batch whose rows
+        several processes load apart; sizes that do not vary ignore it).
         """
         ...
 

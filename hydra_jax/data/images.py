@@ -44,7 +44,8 @@ class ImageSet:
         return ImageSet(np.concatenate([self.pixels, other.pixels]),
                         np.concatenate([self.labels, other.labels]))  # fmt: skip
 
-    def batch(self, index: np.ndarray, batch_size: int | None = None) -> Batch:
+    def batch(self, index: np.ndarray, batch_size: int | None = None, length: int = 0) -> Batch:
+        del length  # every image has the same size
         index = np.asarray(index)
         if index.size == 0:
             raise ValueError("empty batch: no images")

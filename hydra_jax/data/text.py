@@ -38,11 +38,12 @@ class TextEncoder:
 
 
 def pad_batch(
-    tokens: list[np.ndarray], pad_id: int, batch_size: int | None = None
+    tokens: list[np.ndarray], pad_id: int, batch_size: int | None = None, length: int = 0
 ) -> dict[str, np.ndarray]:
     """Pads token lists into `input_ids`, `attention_mask`, `token_type_ids` `[B, T]`.
 
-    T is the longest sequence rounded up to `PAD_MULTIPLE`. With `batch_size`, the batch is
+    T is the longest sequence (or `length`, if longer: the rows one process loads of a global
+    batch pad as the whole batch does) rounded up to `PAD_MULTIPLE`. With `batch_size`, the batch is
     filled up to that many rows by repeating the first sequence (callers keep `len(tokens)`
     rows of the output), so the last, short batch reuses the compiled program.
 
@@ -54,7 +55,7 @@ def pad_batch(
     if any(t.size == 0 for t in tokens):
         raise ValueError("a sequence in the batch has no tokens (all padding)")
     rows = list(tokens) + [tokens[0]] * max(0, (batch_size or 0) - len(tokens))
-    longest = max(t.size for t in rows)
+    longest = max(length, *(t.size for t in rows))
     T = -(-longest // PAD_MULTIPLE) * PAD_MULTIPLE
     ids = np.full((len(rows), T), pad_id, np.int32)
     mask = np.zeros((len(rows), T), np.int32)
@@ -88,8 +89,8 @@ class TokenizedSet:
         return TokenizedSet(self.tokens + other.tokens,
                             np.concatenate([self.labels, other.labels]), self.pad_id)  # fmt: skip
 
-    def batch(self, index: np.ndarray, batch_size: int | None = None) -> Batch:
-        batch = pad_batch([self.tokens[i] for i in index], self.pad_id, batch_size)
+    def batch(self, index: np.ndarray, batch_size: int | None = None, length: int = 0) -> Batch:
+        batch = pad_batch([self.tokens[i] for i in index], self.pad_id, batch_size, length)
         labels = self.labels[index]
         if batch_size is not None:
             labels = np.concatenate([labels, np.repeat(labels[:1], batch_size - len(index))])

@@ -147,6 +147,36 @@ def place_batch(batch: Any) -> Any:
     return batch if mesh is None else _put(batch, batch_shardings(batch, mesh))
 
 
+def process_rows(batch_size: int) -> slice:
+    """The rows of a global batch that this process's devices hold on the current mesh (all of
+    them with one process, or no mesh, or a batch that `data` does not divide)."""
+    mesh = current_mesh()
+    if mesh is None or jax.process_count() == 1 or batch_size % mesh.shape["data"]:
+        return slice(0, batch_size)
+    shards = NamedSharding(mesh, P("data")).addressable_devices_indices_map((batch_size,))
+    starts = sorted({s[0].start or 0 for s in shards.values()})
+    stops = sorted({batch_size if s[0].stop is None else s[0].stop for s in shards.values()})
+    if any(a != b for a, b in zip(starts[1:], stops[:-1], strict=True)):
+        raise ValueError(f"this process's devices hold rows that are not contiguous: {shards}")
+    return slice(starts[0], stops[-1])
+
+
+def place_local_batch(batch: Any, batch_size: int) -> Any:
+    """A global batch of `batch_size` rows from this process's rows of it (`process_rows`)."""
+    mesh = current_mesh()
+    if mesh is None or jax.process_count() == 1:
+        return place_batch(batch)
+
+    def put(x: np.ndarray, sharding: NamedSharding) -> jax.Array:
+        shape = (batch_size, *np.shape(x)[1:])
+        return jax.make_array_from_process_local_data(sharding, np.asarray(x), shape)
+
+    global_shapes = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct((batch_size, *np.shape(x)[1:]), np.asarray(x).dtype), batch
+    )
+    return jax.tree.map(put, batch, batch_shardings(global_shapes, mesh))
+
+
 def to_host(x: jax.Array) -> np.ndarray:
     """A (possibly sharded, possibly multi-host) array as one numpy array in every process."""
     if getattr(x, "is_fully_addressable", True) or x.is_fully_replicated:

@@ -14,6 +14,8 @@ import jax
 import ml_collections
 import numpy as np
 import pytest
+from flax.traverse_util import flatten_dict
+from launch import run_processes
 
 import hydra_jax as hj
 from hydra_jax import metrics
@@ -347,3 +349,44 @@ def test_cli_evaluates_on_a_mesh_as_on_one_device(smoke_run, tmp_path):
     out = run_cli("evaluate.py", "--config=configs/minilm_mr.py:smoke", f"--workdir={copy}",
                   *overrides, "--config.mesh.data=16")  # fmt: skip
     assert out.returncode == 2 and "needs 16 devices" in out.stderr
+
+
+def test_cli_on_two_processes_equals_one_process(smoke_run, tmp_path):
+    """train.py and evaluate.py of the smoke config on 2 processes x 4 CPU devices (one global
+    data=4 x member=2 mesh): the same published models and metrics as the one-process run."""
+    config, workdir, results = smoke_run
+    overrides = [
+        f"--config.{k}={v}"
+        for k, v in common.flat(config).items()
+        if k in ("data_dir", "checkpoint", "train.epochs", "train.learning_rate")
+    ]
+    run = tmp_path / "run"
+    for script in ("train.py", "evaluate.py"):
+        run_processes(
+            [sys.executable, script, "--config=configs/minilm_mr.py:smoke", f"--workdir={run}",
+             *overrides, "--config.mesh.data=4", "--config.mesh.member=2",
+             "--coordinator_address=localhost:{port}", "--num_processes=2",
+             "--process_id={process_id}", "--distributed_timeout=60"],
+            cwd=REPO,
+        )  # fmt: skip
+    meshed = json.loads((run / "results.json").read_text())
+    for name in config.methods:
+        for key in ("acc", "nll", "ece"):
+            assert meshed["methods"][name]["id"][key] == pytest.approx(
+                results["methods"][name]["id"][key], abs=1e-5
+            ), (name, key)
+        assert meshed["methods"][name]["ood"]["mean"]["auroc"] == pytest.approx(
+            results["methods"][name]["ood"]["mean"]["auroc"], abs=1e-5
+        )
+    for member in (0, 1):  # one log line per logged step, written once
+        log = run / "members" / f"member_{member}" / "metrics.jsonl"
+        steps = [json.loads(line)["step"] for line in log.open()]
+        assert steps == sorted(set(steps)) and steps
+        published = hj.from_pretrained(run / "hf" / f"member_{member}")
+        reference = hj.from_pretrained(workdir / "hf" / f"member_{member}")
+        # Key biases aside: their exact gradient is 0, so Adam turns rounding noise into steps
+        # of about the learning rate either way (tests/test_sharding.py).
+        got, want = flatten_dict(published.params, sep="/"), flatten_dict(reference.params, sep="/")
+        assert got.keys() == want.keys()
+        for path in (p for p in want if not p.endswith("key/bias")):
+            np.testing.assert_allclose(got[path], want[path], atol=1e-5, err_msg=path)

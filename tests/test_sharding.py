@@ -5,9 +5,6 @@ data=4 x member=2 and data=2 x heads=4; and the partition rules lay arrays out a
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +13,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from launch import run_processes
 
 import hydra_jax as hj
 from hydra_jax import hydra
@@ -143,32 +141,12 @@ def test_two_processes_give_the_one_device_results(one_device, tmp_path):
     assert steps == sorted(set(steps))
 
 
-def launch_workers(tmp_path: Path, attempts: int = 2) -> dict[str, np.ndarray]:
+def launch_workers(tmp_path: Path) -> dict[str, np.ndarray]:
     """Runs tests/multiprocess_worker.py as processes 0 and 1; their results (process 0's)."""
     worker = Path(__file__).parent / "multiprocess_worker.py"
-    env = {**os.environ, "JAX_NUM_CPU_DEVICES": "4"}
-    for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):  # can hang the init
-        env.pop(k, None)
-    for _ in range(attempts):
-        with socket.socket() as s:
-            s.bind(("localhost", 0))
-            port = s.getsockname()[1]
-        procs = [subprocess.Popen([sys.executable, str(worker), str(i), str(port), str(tmp_path)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  env=env) for i in range(2)]  # fmt: skip
-        outputs = []
-        try:
-            outputs = [p.communicate(timeout=240)[0] for p in procs]
-        finally:
-            for p in procs:
-                p.kill()
-        codes = [p.returncode for p in procs]
-        if codes == [0, 0]:
-            with np.load(tmp_path / "results.npz") as npz:
-                return dict(npz)
-        if -11 not in codes:  # a segfault is a coordinator port taken meanwhile: try another
-            break
-    raise AssertionError(f"workers exited {codes}:\n" + "\n".join(o[-3000:] for o in outputs))
+    run_processes([sys.executable, str(worker), "{process_id}", "{port}", str(tmp_path)])
+    with np.load(tmp_path / "results.npz") as npz:
+        return dict(npz)
 
 
 def test_training_state_is_laid_out_by_the_rules(setup, tmp_path):

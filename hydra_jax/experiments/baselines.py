@@ -28,6 +28,7 @@ from hydra_jax.ensembles import baselines
 from hydra_jax.evaluation import Method
 from hydra_jax.experiments import common
 from hydra_jax.models import Model, with_classifier, with_dtype
+from hydra_jax.models.sharding import is_primary
 from hydra_jax.training import TrainSettings, fit, make_optimizer, make_train_step, schedule_length
 
 
@@ -87,7 +88,8 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> list[Model]:
     common.claim_workdir(config, workdir)
     models, timings = fit_members(config, workdir)
     timings = {**common.read_json(workdir / "train_timings.json", {}), **timings}
-    (workdir / "train_timings.json").write_text(json.dumps(timings, indent=2))
+    if is_primary():
+        (workdir / "train_timings.json").write_text(json.dumps(timings, indent=2))
     return models
 
 

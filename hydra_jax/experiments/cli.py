@@ -6,6 +6,7 @@ import contextlib
 import importlib.util
 import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,34 @@ _CONFIG = config_flags.DEFINE_config_file(
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "the run's directory")
 flags.mark_flags_as_required(["config", "workdir"])
+# Several processes (README, "Scale"): JAX's own runtime. With --coordinator_address (or the
+# JAX_COORDINATOR_ADDRESS environment variable, or --distributed on a cluster JAX detects:
+# Cloud TPU, SLURM, Open MPI), each process calls jax.distributed.initialize before anything
+# else; --config.mesh then spans the devices of every process.
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "host:port of process 0's coordinator (several processes)"
+)
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "how many processes the run has")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "this process's index, 0 .. n - 1")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", False, "initialise jax.distributed from the cluster's environment"
+)
+_TIMEOUT = flags.DEFINE_integer(
+    "distributed_timeout", 300, "seconds to wait for every process to join, and to shut down"
+)
+
+
+def initialize_distributed() -> None:
+    """`jax.distributed.initialize` when the flags or the environment ask for several processes."""
+    address = _COORDINATOR.value or os.environ.get("JAX_COORDINATOR_ADDRESS")
+    if not (address or _DISTRIBUTED.value):
+        return
+    timeout = _TIMEOUT.value
+    jax.distributed.initialize(
+        coordinator_address=address, num_processes=_NUM_PROCESSES.value,
+        process_id=_PROCESS_ID.value, initialization_timeout=timeout,
+        shutdown_timeout_seconds=timeout,
+    )  # fmt: skip
 
 
 def _config_argument(argv: Sequence[str]) -> str | None:
@@ -63,6 +92,7 @@ def run(stage_index: int) -> Callable[[list[str]], None]:
     def main(argv: list[str]) -> None:
         del argv
         logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
+        initialize_distributed()
         config: ml_collections.ConfigDict = _CONFIG.value
         try:
             mesh = make_mesh(**config.mesh)  # on one device, no mesh at all: nothing moves
@@ -73,9 +103,26 @@ def run(stage_index: int) -> Callable[[list[str]], None]:
             if os.environ.get("HYDRA_JAX_DEBUG"):
                 raise
             print(f"error: {error} (HYDRA_JAX_DEBUG=1 shows the traceback)", file=sys.stderr)
-            sys.exit(2)
+            _exit(2)
+        except BaseException:
+            if jax.process_count() == 1:
+                raise
+            traceback.print_exc()
+            _exit(1)
+        if jax.process_count() > 1:
+            jax.distributed.shutdown()
 
     return main
+
+
+def _exit(code: int) -> None:
+    """Exits; with several processes at once, since the shutdown barrier would wait for the
+    others (up to --distributed_timeout) and hide this process's error."""
+    if jax.process_count() == 1:
+        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def start(stage_index: int, argv: Sequence[str] | None = None) -> Any:

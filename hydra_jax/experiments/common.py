@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jax
 import ml_collections
 import numpy as np
 from flax import traverse_util
@@ -32,6 +33,7 @@ from hydra_jax.evaluation import (
     write_results,
 )
 from hydra_jax.models import EncoderConfig, Model, ViTConfig
+from hydra_jax.models.sharding import barrier, is_primary, to_host
 
 # Keys that change no result: how a run is labelled, and the device mesh it is laid out on.
 COSMETIC_KEYS = frozenset({"title", "mesh.data", "mesh.member", "mesh.heads"})
@@ -75,9 +77,13 @@ def claim_workdir(config: ml_collections.ConfigDict, workdir: Path) -> None:
       WorkdirError: naming every differing key.
     """
     config_file = Path(workdir) / "config.json"
-    if not config_file.is_file():
-        Path(workdir).mkdir(parents=True, exist_ok=True)
-        config_file.write_text(config.to_json_best_effort(indent=2, sort_keys=True))
+    new = not config_file.is_file()
+    barrier("looked for config.json")  # several processes: all look before process 0 writes
+    if new:
+        if is_primary():
+            Path(workdir).mkdir(parents=True, exist_ok=True)
+            config_file.write_text(config.to_json_best_effort(indent=2, sort_keys=True))
+        barrier("wrote config.json")
         return
     check_workdir(config, workdir)
 
@@ -207,6 +213,10 @@ def load_data(config: ml_collections.ConfigDict, model: Model | None = None) -> 
     checked against the tokenizer.
     """
     d = config.data
+    if jax.process_count() > 1:  # process 0 prepares the TFDS sources, then all read them
+        if is_primary():
+            (data.prepare_images if is_images(config) else data.prepare)(data_dir(config))
+        barrier("prepared the data")
     ood_limit = min((n for n in (d.eval_limit, d.get("ood_limit", 0)) if n), default=0)
     if is_images(config):
         images, labels = image_arrays(config, d.id_set, "test", d.eval_limit)
@@ -266,7 +276,12 @@ def scratch_config(config: ml_collections.ConfigDict) -> ViTConfig:
 
 def publish(config: ml_collections.ConfigDict, model: Model, path: Path) -> None:
     """Writes `model` as an HF directory; for images with the `preprocessor_config.json` of
-    `ViTImageProcessor` that reproduces our pixels (`data.to_pixels`)."""
+    `ViTImageProcessor` that reproduces our pixels (`data.to_pixels`). Every process takes part
+    (the weights are gathered from all of them); process 0 writes."""
+    model = Model(model.config, jax.tree.map(to_host, model.params))
+    if not is_primary():
+        barrier(f"published {path}")
+        return
     save_pretrained(model, path)
     if is_images(config):
         processor = {
@@ -282,6 +297,7 @@ def publish(config: ml_collections.ConfigDict, model: Model, path: Path) -> None
             "do_convert_rgb": False,
         }
         (Path(path) / "preprocessor_config.json").write_text(json.dumps(processor, indent=2))
+    barrier(f"published {path}")
 
 
 def latency_batch(config: ml_collections.ConfigDict, study: StudyData) -> dict[str, np.ndarray]:
@@ -324,7 +340,8 @@ def evaluate_methods(
         if study.shift:
             predictions["shift_labels"] = next(iter(study.shift.values())).labels
         stages[f"predict {method.name}"] = time.perf_counter() - start
-        save_predictions(workdir / "predictions" / f"{method.name}.npz", predictions)
+        if is_primary():
+            save_predictions(workdir / "predictions" / f"{method.name}.npz", predictions)
         result = method_metrics(predictions, list(study.ood), config.eval.num_bins)
         if study.shift:
             result["shift"] = {
@@ -337,11 +354,14 @@ def evaluate_methods(
             }
         result["cost"] = cost(method, latency_batch(config, study), config.eval.latency_repeats)
         results["methods"][method.name] = result
-        _plots(workdir / "plots", method.name, predictions, list(study.ood))
+        if is_primary():
+            _plots(workdir / "plots", method.name, predictions, list(study.ood))
     results["stages"] = stages
     results["config"] = json.loads(config.to_json_best_effort())
-    write_results(workdir, results)
-    (workdir / "report.md").write_text(report.markdown(results, config.title))
+    if is_primary():
+        write_results(workdir, results)
+        (workdir / "report.md").write_text(report.markdown(results, config.title))
+    barrier("wrote the results")
     return results
 
 

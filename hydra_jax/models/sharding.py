@@ -177,6 +177,18 @@ def place_local_batch(batch: Any, batch_size: int) -> Any:
     return jax.tree.map(put, batch, batch_shardings(global_shapes, mesh))
 
 
+def is_primary() -> bool:
+    """Whether this process writes the run's files (process 0; the only one without
+    `jax.distributed`)."""
+    return jax.process_index() == 0
+
+
+def barrier(name: str) -> None:
+    """Waits until every process got here (one process: returns at once)."""
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)
+
+
 def to_host(x: jax.Array) -> np.ndarray:
     """A (possibly sharded, possibly multi-host) array as one numpy array in every process."""
     if getattr(x, "is_fully_addressable", True) or x.is_fully_replicated:

@@ -24,6 +24,7 @@ from hydra_jax.models import (
     Model,
     ViTConfig,
 )
+from hydra_jax.models.sharding import is_primary
 
 _CONFIGS = {
     c.__name__: c
@@ -53,7 +54,8 @@ def save_model(model: Model, path: str | Path) -> None:
     """Writes `model` (any architecture) to the directory `path`."""
     path = Path(path).absolute()
     path.mkdir(parents=True, exist_ok=True)
-    (path / CONFIG_FILE).write_text(json.dumps(_encode(model.config), indent=2))
+    if is_primary():  # several processes: all save the weights (orbax), process 0 the config
+        (path / CONFIG_FILE).write_text(json.dumps(_encode(model.config), indent=2))
     checkpointer = ocp.StandardCheckpointer()
     checkpointer.save(path / "params", model.params, force=True)
     checkpointer.wait_until_finished()

@@ -31,6 +31,7 @@ from hydra_jax.ensembles import baselines as forwards
 from hydra_jax.evaluation import Method, cost, logits_forward, method_metrics, predict, softmax
 from hydra_jax.evaluation.report import pyplot
 from hydra_jax.experiments import baselines, common, hydra
+from hydra_jax.models.sharding import is_primary
 from hydra_jax.training import TrainSettings
 
 
@@ -103,8 +104,9 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
             })  # fmt: skip
         stages[f"M={M} {strategy}"] = time.perf_counter() - start
     results = {"rows": rows, "stages": stages, "config": json.loads(config.to_json_best_effort())}
-    (workdir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
-    (workdir / "report.md").write_text(markdown(config, rows, stages))
+    if is_primary():
+        (workdir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
+        (workdir / "report.md").write_text(markdown(config, rows, stages))
     _plots(workdir / "plots", rows)
     return results
 
@@ -168,7 +170,8 @@ def _plots(directory: Path, rows: list[dict]) -> None:
         ax.set(xlabel="ensemble size M", ylabel=label, title=name.replace("_", " "))
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(directory / f"{name}.png", dpi=100)
+        if is_primary():
+            fig.savefig(directory / f"{name}.png", dpi=100)
         plt.close(fig)
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for strategy in strategies:
@@ -177,5 +180,6 @@ def _plots(directory: Path, rows: list[dict]) -> None:
     ax.set(xlabel="ensemble size M", ylabel="head overlap (Jaccard)", title="overlap")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(directory / "overlap.png", dpi=100)
+    if is_primary():
+        fig.savefig(directory / "overlap.png", dpi=100)
     plt.close(fig)

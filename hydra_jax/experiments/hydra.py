@@ -29,6 +29,7 @@ from hydra_jax.evaluation import Method, logits_forward
 from hydra_jax.experiments import baselines, common
 from hydra_jax.heads import UncertaintyBatches, his_and_entropy
 from hydra_jax.models import Model, with_dtype
+from hydra_jax.models.sharding import is_primary
 from hydra_jax.training import TrainSettings, fit, make_optimizer, make_train_step, schedule_length
 
 # Strategies whose member 0 alone is also a method (`pruned_STRATEGY`): one pruned model at the
@@ -151,8 +152,9 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, list]:
         save_model(fused, workdir / "fused" / strategy)
         if strategy in PRUNED:  # the pruned_* baselines: member 0 alone
             save_model(members[0], workdir / "pruned" / strategy)
-    (workdir / "head_sets.json").write_text(json.dumps(record))
-    (workdir / "train_timings.json").write_text(json.dumps(stages, indent=2))
+    if is_primary():
+        (workdir / "head_sets.json").write_text(json.dumps(record))
+        (workdir / "train_timings.json").write_text(json.dumps(stages, indent=2))
     return record
 
 

@@ -26,6 +26,7 @@ from hydra_jax.evaluation.report import pyplot
 from hydra_jax.experiments import baselines, common
 from hydra_jax.heads import hies, his_and_entropy, keep_mask, score
 from hydra_jax.models import Model
+from hydra_jax.models.sharding import is_primary
 
 CURVE_METRICS = ("acc", "stability", "ece", "nll", "ood_auroc")
 
@@ -145,11 +146,13 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
         "stability_definition": "ours: % of ID test examples predicted as the unpruned model does",
         "config": json.loads(config.to_json_best_effort()),
     }
-    (workdir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
+    if is_primary():
+        (workdir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
     _plot_curves(workdir / "plots", config, curves)
     _plot_scores(workdir / "plots", {"HIS": his, "AE (entropy)": entropy, "L2": scores["l2"],
                                      "HIES alpha=0.5": hies(his, entropy, 0.5)})  # fmt: skip
-    (workdir / "report.md").write_text(markdown(config, results))
+    if is_primary():
+        (workdir / "report.md").write_text(markdown(config, results))
     return results
 
 
@@ -208,7 +211,8 @@ def _plot_curves(directory: Path, config: ml_collections.ConfigDict, curves: dic
         ax.set(xlabel="fraction of heads pruned", title=key)
     axes[0].legend()
     fig.tight_layout()
-    fig.savefig(directory / "pruning_curves.png", dpi=100)
+    if is_primary():
+        fig.savefig(directory / "pruning_curves.png", dpi=100)
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for criterion, curve in curves.items():
@@ -218,7 +222,8 @@ def _plot_curves(directory: Path, config: ml_collections.ConfigDict, curves: dic
     ax.set(xlabel="fraction of heads pruned", ylabel="test accuracy %", title="Accuracy vs pruning")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(directory / "accuracy_vs_ratio.png", dpi=100)
+    if is_primary():
+        fig.savefig(directory / "accuracy_vs_ratio.png", dpi=100)
     plt.close(fig)
 
 
@@ -230,5 +235,6 @@ def _plot_scores(directory: Path, scores: dict[str, np.ndarray]) -> None:
         ax.set(title=name, xlabel="head", ylabel="layer")
         fig.colorbar(image, ax=ax)
     fig.tight_layout()
-    fig.savefig(directory / "head_scores.png", dpi=100)
+    if is_primary():
+        fig.savefig(directory / "head_scores.png", dpi=100)
     plt.close(fig)

@@ -35,6 +35,7 @@ from hydra_jax.data import TextEncoder, labelled_batches
 from hydra_jax.evaluation import Method, logits_forward
 from hydra_jax.experiments import baselines, common, hydra
 from hydra_jax.models import DualEncoderConfig, Model, prompts, with_dtype, zero_shot
+from hydra_jax.models.sharding import is_primary
 from hydra_jax.training import TrainSettings, fit, locked_text_contrastive_loss
 
 # Fashion-MNIST's classes as captions name them (label order of the dataset).
@@ -134,9 +135,11 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
         start = time.perf_counter()
         record[strategy] = head_sets(config, single, strategy, id_val, ood_val).astype(int).tolist()
         stages[f"{strategy}: head sets"] = time.perf_counter() - start
-    (workdir / "head_sets.json").write_text(json.dumps(record))
+    if is_primary():
+        (workdir / "head_sets.json").write_text(json.dumps(record))
     previous = common.read_json(workdir / "train_timings.json", {})
-    (workdir / "train_timings.json").write_text(json.dumps({**previous, **stages}, indent=2))
+    if is_primary():
+        (workdir / "train_timings.json").write_text(json.dumps({**previous, **stages}, indent=2))
     return record
 
 
@@ -179,9 +182,10 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
             "held_out": metrics.classification(probs[held_out], labels[held_out]),
             "misclassification": metrics.misclassification(probs, labels),
         }
-    (workdir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
-    with (workdir / "report.md").open("a") as report:
-        report.write(markdown(results, config))
+    if is_primary():
+        (workdir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
+        with (workdir / "report.md").open("a") as report:
+            report.write(markdown(results, config))
     return results
 
 

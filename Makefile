@@ -53,6 +53,7 @@ bench: setup
 	$(BIN)/python -m bench.scoring
 	$(BIN)/python -m bench.ensemble
 	$(BIN)/python -m bench.allocator
+	$(BIN)/python -m bench.precision
 
 # Both studies end to end at a demo budget, one report (runs/demo_report.md):
 # text (configs/minilm_mr.py:demo, configs/hydra_minilm_mr.py:demo): fine-tune single + deep

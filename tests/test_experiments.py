@@ -19,7 +19,8 @@ from launch import run_processes
 
 import hydra_jax as hj
 from hydra_jax import metrics
-from hydra_jax.evaluation import method_metrics, predict, softmax
+from hydra_jax.data import random_tokens
+from hydra_jax.evaluation import method_metrics, predict, softmax, xla_flops
 from hydra_jax.experiments import baselines, common, hydra, pruning
 from hydra_jax.models import BertConfig, EncoderConfig
 
@@ -139,6 +140,25 @@ def test_compare_reports_the_paired_auroc_difference(smoke_run):
     }
     assert f"deep_ensemble: mean OOD AUROC {mean['deep_ensemble']:.2f}" in out
     assert f"deep_ensemble - single: {mean['deep_ensemble'] - mean['single']:+.2f} points" in out
+
+
+def test_mc_dropout_flops_count_every_sample(smoke_run):
+    """XLA's cost analysis counts a `lax.map` body once; the reported FLOPs count all S samples,
+    as XLA counts them when the samples are `vmap`ped instead."""
+    config, workdir, results = smoke_run
+    model = baselines.trained(workdir, [0])[0][0]
+    keys = jax.random.split(jax.random.key(0), config.mc_dropout_samples)
+    batch = random_tokens(np.random.default_rng(0), config.eval.latency_batch,
+                          config.eval.latency_tokens)  # as cost() measured it  # fmt: skip
+
+    def vmapped(params, batch):
+        sample = lambda k: model.apply(params, **batch, dropout_rng=k).logits  # noqa: E731
+        return jax.vmap(sample, out_axes=1)(keys)
+
+    flops = xla_flops(jax.jit(vmapped).lower(model.params, batch).compile())
+    per_example = flops / next(iter(batch.values())).shape[0]
+    reported = results["methods"]["mc_dropout"]["cost"]["flops_per_example"]
+    assert reported == pytest.approx(per_example, rel=0.05)
 
 
 def test_smoke_training_learns_the_synthetic_task(smoke_run):

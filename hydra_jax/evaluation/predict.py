@@ -30,13 +30,16 @@ class Method:
     """A named forward function with its weights; `forward(weights, batch) -> [B, M, C]`.
 
     `stacked`: every weight has a leading member axis (a Deep Ensemble's `stack`), which a mesh
-    splits over `member` (`hydra_jax.models.sharding`).
+    splits over `member` (`hydra_jax.models.sharding`). `loop_trips`: how many times the
+    forward runs a loop body that XLA's cost analysis counts once (MC dropout's `lax.map` over
+    its samples); its FLOPs are multiplied by it.
     """
 
     name: str
     forward: Forward
     weights: Any
     stacked: bool = False
+    loop_trips: int = 1
 
     @property
     def num_params(self) -> int:
@@ -113,7 +116,7 @@ def cost(method: Method, batch: dict[str, np.ndarray], repeats: int = 10) -> dic
     latency = float(np.median(times))
     return {
         "params": method.num_params,
-        "flops_per_example": xla_flops(compiled) / B,
+        "flops_per_example": method.loop_trips * xla_flops(compiled) / B,
         "latency_ms": latency * 1e3,
         "examples_per_s": B / latency,
     }

@@ -128,7 +128,10 @@ def methods(
             "deep_ensemble", baselines.deep_ensemble(single), baselines.stack(models), True
         ),
         "mc_dropout": lambda: Method(
-            "mc_dropout", baselines.mc_dropout(single, config.mc_dropout_samples), single.params
+            "mc_dropout",
+            baselines.mc_dropout(single, config.mc_dropout_samples),
+            single.params,
+            loop_trips=config.mc_dropout_samples,
         ),
     }
     unknown = sorted(set(names) - set(available))

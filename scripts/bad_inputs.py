@@ -46,6 +46,7 @@ from hydra_jax.models import (  # noqa: E402
     DualEncoderConfig,
     EncoderConfig,
     ViTConfig,
+    sharding,
     with_classifier,
 )
 from hydra_jax.training import TrainSettings  # noqa: E402
@@ -637,6 +638,30 @@ def cases(tmp: Path) -> list[Case]:
             "severity must be one of",
         ),
         *_zero_shot_cases(bert, vit),
+        (
+            "compute dtype float16",
+            lambda: hj.models.EncoderConfig((2,), 4, 2, 6, "gelu", 1e-12, False, dtype="float16"),
+            V,
+            "compute dtype 'float16' is not one of",
+        ),
+        (
+            "with_dtype int8",
+            lambda: hj.with_dtype(bert, "int8"),
+            V,
+            "compute dtype 'int8' is not one of",
+        ),
+        (
+            "a mesh larger than the machine",
+            lambda: sharding.make_mesh(data=4096),
+            V,
+            "needs 4096 devices",
+        ),
+        (
+            "a mesh axis of size 0",
+            lambda: sharding.make_mesh(member=0),
+            V,
+            "mesh axis sizes must be positive integers",
+        ),
     ]
     return out
 
@@ -763,6 +788,15 @@ CLI_CASES = [  # (arguments, fragment of the one-line error)
     (
         ["train.py", "--config=configs/nope.py", "--workdir={tmp}/w4", "--config.x=1"],
         "config file configs/nope.py not found",
+    ),
+    (
+        [
+            "train.py",
+            "--config=configs/minilm_mr.py:smoke",
+            "--workdir={tmp}/w5",
+            "--config.mesh.data=4096",
+        ],
+        "needs 4096 devices",
     ),
 ]
 

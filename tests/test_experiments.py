@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -337,38 +336,6 @@ def test_rerunning_train_on_a_finished_run_keeps_its_timings(smoke_run):
     before = json.loads((workdir / "train_timings.json").read_text())
     baselines.train(config, workdir)  # every member restored, none trained
     assert json.loads((workdir / "train_timings.json").read_text()) == before
-
-
-def test_cli_evaluates_on_a_mesh_as_on_one_device(smoke_run, tmp_path):
-    """`--config.mesh.data=4 --config.mesh.member=2` on 8 CPU devices: the same metrics."""
-    config, workdir, results = smoke_run
-    copy = tmp_path / "smoke"
-    shutil.copytree(workdir, copy)
-    overrides = [
-        f"--config.{k}={v}"
-        for k, v in common.flat(config).items()
-        if k in ("data_dir", "checkpoint", "train.epochs", "train.learning_rate")
-    ]
-    out = subprocess.run(
-        [sys.executable, "evaluate.py", "--config=configs/minilm_mr.py:smoke",
-         f"--workdir={copy}", *overrides, "--config.mesh.data=4", "--config.mesh.member=2"],
-        capture_output=True, text=True, cwd=REPO, timeout=300,
-        env={**os.environ, "JAX_NUM_CPU_DEVICES": "8"},
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    meshed = json.loads((copy / "results.json").read_text())
-    assert meshed["config"]["mesh"] == {"data": 4, "heads": 1, "member": 2}
-    for name in config.methods:
-        for key in ("acc", "nll", "ece"):
-            assert meshed["methods"][name]["id"][key] == pytest.approx(
-                results["methods"][name]["id"][key], abs=1e-5
-            )
-        assert meshed["methods"][name]["ood"]["mean"]["auroc"] == pytest.approx(
-            results["methods"][name]["ood"]["mean"]["auroc"], abs=1e-5
-        )
-    out = run_cli("evaluate.py", "--config=configs/minilm_mr.py:smoke", f"--workdir={copy}",
-                  *overrides, "--config.mesh.data=16")  # fmt: skip
-    assert out.returncode == 2 and "needs 16 devices" in out.stderr
 
 
 def test_cli_on_two_processes_equals_one_process(smoke_run, tmp_path):

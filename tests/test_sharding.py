@@ -96,12 +96,18 @@ def assert_same_results(got, want):
     for a, b in zip(got["scores"], want["scores"], strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
     np.testing.assert_array_equal(got["circuit"], want["circuit"])
-    # Key biases are left out: their exact gradient is 0 (softmax ignores a constant shift per
-    # query), so Adam scales rounding noise (~1e-9) up to steps of ~lr either way.
-    flat_got = jax.tree_util.tree_flatten_with_path(got["fit"])[0]
-    flat_want = jax.tree_util.tree_flatten_with_path(want["fit"])[0]
-    for (path, a), (_, b) in zip(flat_got, flat_want, strict=True):
+    assert_trained_params_close(got["fit"], want["fit"])
+
+
+def assert_trained_params_close(got, want) -> None:
+    """Trained weights equal within 1e-5, attention key biases left out: their exact gradient is
+    0 (softmax ignores a constant shift per query), so Adam scales rounding noise (~1e-9) up to
+    steps of ~lr either way."""
+    flat_got = jax.tree_util.tree_flatten_with_path(got)[0]
+    flat_want = jax.tree_util.tree_flatten_with_path(want)[0]
+    for (path, a), (other, b) in zip(flat_got, flat_want, strict=True):
         name = path_string(path)
+        assert name == path_string(other), (name, path_string(other))
         if not name.endswith("key/bias"):
             np.testing.assert_allclose(a, b, atol=1e-5, err_msg=name)
 

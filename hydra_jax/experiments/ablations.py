@@ -104,10 +104,10 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
             })  # fmt: skip
         stages[f"M={M} {strategy}"] = time.perf_counter() - start
     results = {"rows": rows, "stages": stages, "config": json.loads(config.to_json_best_effort())}
-    if is_primary():
+    if is_primary():  # several processes: one writes
         (workdir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
         (workdir / "report.md").write_text(markdown(config, rows, stages))
-    _plots(workdir / "plots", rows)
+        _plots(workdir / "plots", rows)
     return results
 
 
@@ -170,8 +170,7 @@ def _plots(directory: Path, rows: list[dict]) -> None:
         ax.set(xlabel="ensemble size M", ylabel=label, title=name.replace("_", " "))
         ax.legend(fontsize=7)
         fig.tight_layout()
-        if is_primary():
-            fig.savefig(directory / f"{name}.png", dpi=100)
+        fig.savefig(directory / f"{name}.png", dpi=100)
         plt.close(fig)
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for strategy in strategies:
@@ -180,6 +179,5 @@ def _plots(directory: Path, rows: list[dict]) -> None:
     ax.set(xlabel="ensemble size M", ylabel="head overlap (Jaccard)", title="overlap")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    if is_primary():
-        fig.savefig(directory / "overlap.png", dpi=100)
+    fig.savefig(directory / "overlap.png", dpi=100)
     plt.close(fig)

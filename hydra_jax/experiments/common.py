@@ -279,9 +279,12 @@ def publish(config: ml_collections.ConfigDict, model: Model, path: Path) -> None
     `ViTImageProcessor` that reproduces our pixels (`data.to_pixels`). Every process takes part
     (the weights are gathered from all of them); process 0 writes."""
     model = Model(model.config, jax.tree.map(to_host, model.params))
-    if not is_primary():
-        barrier(f"published {path}")
-        return
+    if is_primary():
+        _write_hf(config, model, path)
+    barrier(f"published {path}")
+
+
+def _write_hf(config: ml_collections.ConfigDict, model: Model, path: Path) -> None:
     save_pretrained(model, path)
     if is_images(config):
         processor = {
@@ -297,7 +300,6 @@ def publish(config: ml_collections.ConfigDict, model: Model, path: Path) -> None
             "do_convert_rgb": False,
         }
         (Path(path) / "preprocessor_config.json").write_text(json.dumps(processor, indent=2))
-    barrier(f"published {path}")
 
 
 def latency_batch(config: ml_collections.ConfigDict, study: StudyData) -> dict[str, np.ndarray]:

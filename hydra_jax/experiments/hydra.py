@@ -170,14 +170,13 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
                 f"{path} holds no fused Hydra: run train.py with this --config and --workdir "
                 f"{workdir} first"
             )
-        dtype = config.eval.dtype
         available[f"hydra_{strategy}"] = functools.partial(
-            _method, f"hydra_{strategy}", path, dtype
+            _method, f"hydra_{strategy}", path, config.eval.dtype
         )
         if strategy in PRUNED:
             pruned = workdir / "pruned" / strategy
             available[f"pruned_{strategy}"] = functools.partial(
-                _method, f"pruned_{strategy}", pruned, dtype
+                _method, f"pruned_{strategy}", pruned, config.eval.dtype
             )
     start = time.perf_counter()
     base_methods = [m for m in ("single", "deep_ensemble", "mc_dropout") if m in config.methods]

@@ -146,12 +146,11 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
         "stability_definition": "ours: % of ID test examples predicted as the unpruned model does",
         "config": json.loads(config.to_json_best_effort()),
     }
-    if is_primary():
+    if is_primary():  # several processes: one writes
         (workdir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
-    _plot_curves(workdir / "plots", config, curves)
-    _plot_scores(workdir / "plots", {"HIS": his, "AE (entropy)": entropy, "L2": scores["l2"],
-                                     "HIES alpha=0.5": hies(his, entropy, 0.5)})  # fmt: skip
-    if is_primary():
+        _plot_curves(workdir / "plots", config, curves)
+        _plot_scores(workdir / "plots", {"HIS": his, "AE (entropy)": entropy, "L2": scores["l2"],
+                                         "HIES alpha=0.5": hies(his, entropy, 0.5)})  # fmt: skip
         (workdir / "report.md").write_text(markdown(config, results))
     return results
 
@@ -211,8 +210,7 @@ def _plot_curves(directory: Path, config: ml_collections.ConfigDict, curves: dic
         ax.set(xlabel="fraction of heads pruned", title=key)
     axes[0].legend()
     fig.tight_layout()
-    if is_primary():
-        fig.savefig(directory / "pruning_curves.png", dpi=100)
+    fig.savefig(directory / "pruning_curves.png", dpi=100)
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for criterion, curve in curves.items():
@@ -222,8 +220,7 @@ def _plot_curves(directory: Path, config: ml_collections.ConfigDict, curves: dic
     ax.set(xlabel="fraction of heads pruned", ylabel="test accuracy %", title="Accuracy vs pruning")
     ax.legend()
     fig.tight_layout()
-    if is_primary():
-        fig.savefig(directory / "accuracy_vs_ratio.png", dpi=100)
+    fig.savefig(directory / "accuracy_vs_ratio.png", dpi=100)
     plt.close(fig)
 
 
@@ -235,6 +232,5 @@ def _plot_scores(directory: Path, scores: dict[str, np.ndarray]) -> None:
         ax.set(title=name, xlabel="head", ylabel="layer")
         fig.colorbar(image, ax=ax)
     fig.tight_layout()
-    if is_primary():
-        fig.savefig(directory / "head_scores.png", dpi=100)
+    fig.savefig(directory / "head_scores.png", dpi=100)
     plt.close(fig)

@@ -5,7 +5,8 @@
 Joins a 2-process JAX runtime on localhost (gloo collectives; this process's 4 CPU devices
 come from JAX_NUM_CPU_DEVICES), builds the global data=4 x member=2 mesh over all 8 devices and
 runs `test_sharding.run_all` under it: training (stopped after 2 steps and resumed; checkpoints
-in OUT_DIR/run, shared), prediction, head scores and circuit search. Process 0 writes the
+in OUT_DIR/run, shared), prediction, head scores and circuit search; then, on a heads=8 mesh
+(each process holds half of every layer's heads), compacts the model. Process 0 writes the
 results to OUT_DIR/results.npz. A failure prints its traceback and exits at once, without
 waiting on the shutdown barrier.
 """
@@ -29,19 +30,26 @@ def main(process_id: int, port: int, out: Path) -> None:
     import numpy as np
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from test_sharding import run_all, scenario
+    from test_sharding import COMPACT_KEEP, run_all, scenario
 
-    from hydra_jax.models.sharding import make_mesh, process_rows
+    import hydra_jax as hj
+    from hydra_jax.heads import compact
+    from hydra_jax.models.sharding import make_mesh, place_params, process_rows, to_host
 
     assert jax.process_count() == 2 and len(jax.devices()) == 8, jax.devices()
     with jax.set_mesh(make_mesh(data=4, member=2)):
         assert process_rows(8) == slice(4 * process_id, 4 * process_id + 4)  # its half only
         results = run_all(scenario(), out / "run", interrupted=True)
+    with jax.set_mesh(make_mesh(heads=8)):  # each process holds half of every layer's heads
+        single = scenario()[0]
+        placed = hj.Model(single.config, place_params(single.params))
+        compacted = jax.tree.map(to_host, compact(placed, COMPACT_KEEP).params)
     if process_id == 0:
         flat = {f"predict/{k}": v for k, v in results["predict"].items()}
         flat |= {"his": results["scores"][0], "entropy": results["scores"][1]}
         flat |= {"circuit": results["circuit"]}
         flat |= {f"fit/{i}": x for i, x in enumerate(jax.tree.leaves(results["fit"]))}
+        flat |= {f"compact/{i}": x for i, x in enumerate(jax.tree.leaves(compacted))}
         np.savez(out / "results.npz", **flat)
     jax.distributed.shutdown()
 

@@ -20,7 +20,7 @@ from hydra_jax import hydra
 from hydra_jax.data import TokenizedSet, uncertainty_batches
 from hydra_jax.ensembles import baselines
 from hydra_jax.evaluation import Method, logits_forward, predict
-from hydra_jax.heads import CircuitSearch, his_and_entropy
+from hydra_jax.heads import CircuitSearch, compact, his_and_entropy
 from hydra_jax.models import BertConfig, EncoderConfig, with_classifier
 from hydra_jax.models.sharding import (
     make_mesh,
@@ -39,6 +39,7 @@ CONFIG = BertConfig(
 MESHES = {"data=8": (8, 1, 1), "data=4 x member=2": (4, 2, 1), "data=2 x heads=4": (2, 1, 4)}
 # A small learning rate: Adam turns a gradient near its epsilon into a step of about lr either
 # way, so rounding noise moves such weights by up to lr between device layouts.
+COMPACT_KEEP = np.arange(L * N).reshape(L, N) % 3 != 1  # 5 or 6 heads per layer
 SETTINGS = TrainSettings(epochs=1, batch_size=8, learning_rate=3e-4, warmup_fraction=0.0,
                          checkpoint_every=2, log_every=1)  # fmt: skip
 
@@ -124,11 +125,11 @@ def test_a_mesh_gives_the_one_device_results(setup, one_device, mesh, tmp_path):
     assert_same_results(got, one_device)
 
 
-def test_two_processes_give_the_one_device_results(one_device, tmp_path):
+def test_two_processes_give_the_one_device_results(setup, one_device, tmp_path):
     """2 processes x 4 CPU devices (jax.distributed, gloo), one global data=4 x member=2 mesh:
     every check of the one-device run in one launch (a launch costs seconds). Training stops
     after 2 steps and resumes from the checkpoint both processes saved; each process loads
-    only its half of every training batch."""
+    only its half of every training batch; `compact` gathers weights sharded over processes."""
     results = launch_workers(tmp_path)
     got = {
         "predict": {
@@ -142,6 +143,10 @@ def test_two_processes_give_the_one_device_results(one_device, tmp_path):
         ),
     }
     assert_same_results(got, one_device)
+    # `compact` of weights whose heads are split over both processes equals it on host weights.
+    want = compact(setup[0], COMPACT_KEEP).params
+    for i, leaf in enumerate(jax.tree.leaves(want)):
+        np.testing.assert_array_equal(results[f"compact/{i}"], leaf)
     # Only process 0 wrote the training log: one line per step, none twice.
     steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert steps == sorted(set(steps))

@@ -16,6 +16,7 @@ from hydra_jax.models import (
     Model,
     ViTConfig,
 )
+from hydra_jax.models.sharding import to_host
 
 Keep = np.ndarray | Sequence[np.ndarray]  # bool [L, N], or L bool [N_l] for unequal layers
 
@@ -33,7 +34,10 @@ def _layer_keeps(keep: Keep, encoder: EncoderConfig) -> list[np.ndarray]:
 def compact_encoder(
     params: Mapping[str, Any], encoder: EncoderConfig, keep: Keep
 ) -> tuple[dict[str, Any], EncoderConfig]:
-    """Slices every layer's q/k/v columns `[D, N, K]` and output rows `[N, K, D]` to kept heads."""
+    """Slices every layer's q/k/v columns `[D, N, K]` and output rows `[N, K, D]` to kept heads.
+
+    Reads the weights on the host, gathered first where a mesh splits them over processes.
+    """
     rows = _layer_keeps(keep, encoder)
     layers = dict(params)
     for l, row in enumerate(rows):
@@ -41,12 +45,12 @@ def compact_encoder(
         layer = dict(layers[f"layer_{l}"])
         attention = dict(layer["attention"])
         for name in ("query", "key", "value"):
-            projection = {"kernel": np.asarray(attention[name]["kernel"])[:, index]}  # [D, n, K]
+            projection = {"kernel": to_host(attention[name]["kernel"])[:, index]}  # [D, n, K]
             if "bias" in attention[name]:
-                projection["bias"] = np.asarray(attention[name]["bias"])[index]  # [n, K]
+                projection["bias"] = to_host(attention[name]["bias"])[index]  # [n, K]
             attention[name] = projection
         attention["out"] = {
-            "kernel": np.asarray(attention["out"]["kernel"])[index],  # [n, K, D]
+            "kernel": to_host(attention["out"]["kernel"])[index],  # [n, K, D]
             "bias": attention["out"]["bias"],  # an emptied layer outputs this bias alone
         }
         layer["attention"] = attention

@@ -52,7 +52,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     )
     c.train = ml_collections.ConfigDict(
         dict(
-            epochs=8.0,
+            epochs=16.0,
             batch_size=128,
             learning_rate=2e-3,
             warmup_fraction=0.05,

@@ -37,11 +37,12 @@ def main(process_id: int, port: int, out: Path) -> None:
     from hydra_jax.models.sharding import make_mesh, place_params, process_rows, to_host
 
     assert jax.process_count() == 2 and len(jax.devices()) == 8, jax.devices()
+    setup = scenario()
     with jax.set_mesh(make_mesh(data=4, member=2)):
         assert process_rows(8) == slice(4 * process_id, 4 * process_id + 4)  # its half only
-        results = run_all(scenario(), out / "run", interrupted=True)
+        results = run_all(setup, out / "run", interrupted=True)
     with jax.set_mesh(make_mesh(heads=8)):  # each process holds half of every layer's heads
-        single = scenario()[0]
+        single = setup[0]
         placed = hj.Model(single.config, place_params(single.params))
         compacted = jax.tree.map(to_host, compact(placed, COMPACT_KEEP).params)
     if process_id == 0:

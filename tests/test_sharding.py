@@ -37,9 +37,9 @@ CONFIG = BertConfig(
     vocab_size=31, max_positions=24, type_vocab_size=2,
 )  # fmt: skip
 MESHES = {"data=8": (8, 1, 1), "data=4 x member=2": (4, 2, 1), "data=2 x heads=4": (2, 1, 4)}
+COMPACT_KEEP = np.arange(L * N).reshape(L, N) % 3 != 1  # 5 or 6 heads per layer
 # A small learning rate: Adam turns a gradient near its epsilon into a step of about lr either
 # way, so rounding noise moves such weights by up to lr between device layouts.
-COMPACT_KEEP = np.arange(L * N).reshape(L, N) % 3 != 1  # 5 or 6 heads per layer
 SETTINGS = TrainSettings(epochs=1, batch_size=8, learning_rate=3e-4, warmup_fraction=0.0,
                          checkpoint_every=2, log_every=1)  # fmt: skip
 

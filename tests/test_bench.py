@@ -1,13 +1,20 @@
 """The accelerator benchmark runs at tiny shapes, so the script a GPU or TPU user runs as is
-cannot rot unnoticed."""
+cannot rot unnoticed; the attention benchmark times the same function in two layouts."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hydra_jax.models.attention import Attention, padding_bias
+
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from bench import accelerator
+from bench.attention import token_major
 
 
 def test_accelerator_bench_runs_at_tiny_shapes(capsys):
@@ -18,3 +25,25 @@ def test_accelerator_bench_runs_at_tiny_shapes(capsys):
         assert all(t > 0 for t in times.values())
     out = capsys.readouterr().out
     assert out.count("bfloat16: hydra / single") == 2
+
+
+def test_attention_bench_compares_the_same_function():
+    """bench/attention.py's token-major formulation computes our layer's output and gradient."""
+    rng = np.random.default_rng(0)
+    B, T, N, K = 2, 5, 3, 4
+    layer = Attention(N, K, N * K)
+    x = jnp.asarray(rng.standard_normal((B, T, N * K)), jnp.float32)
+    bias = padding_bias(jnp.asarray([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]), jnp.float32)
+    params = layer.init(jax.random.key(0), x, bias, None)["params"]
+    params = jax.tree.map(lambda p: p + 0.1 * jnp.ones_like(p), params)  # non-zero biases
+
+    def ours(p):
+        return layer.apply({"params": p}, x, bias, None)[0]
+
+    def before(p):
+        return token_major(p, x, bias, K)
+
+    np.testing.assert_allclose(ours(params), before(params), atol=1e-6)
+    grads = [jax.grad(lambda p, f=f: jnp.sum(f(p) ** 2))(params) for f in (ours, before)]
+    for a, b in zip(*map(jax.tree.leaves, grads), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

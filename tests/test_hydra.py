@@ -150,13 +150,15 @@ def test_fused_vision_members_equal_members_run_alone(vision_models, family):
     out = hydra.fuse(members)(**batch)
     assert out.logits.shape == (5, M, model.config.num_labels)
     # A tower's logits are exp(logit_scale) (14.3 here) times a cosine: 1e-5 holds for the
-    # cosine; on the logits float32 rounding alone reaches 2e-5 (float64: exactly equal).
+    # cosine; on the logits float32 rounding alone reaches 2e-5 (float64: exactly equal). The
+    # masked full model sums over all heads (zeros included), so it rounds differently from the
+    # pruned members: ViT logits of about 7 differ by up to 1.2e-5 (1.6e-6 relative).
     scale = float(np.exp(model.params["logit_scale"])) if family != "vit" else 1.0
     for m, member in enumerate(members):
         alone = member(**batch)
         np.testing.assert_allclose(out.logits[:, m] / scale, alone.logits / scale, atol=1e-5)
         masked = model(**batch, head_mask=sets[m].astype(np.float32)).logits
-        np.testing.assert_allclose(out.logits[:, m] / scale, masked / scale, atol=1e-5)
+        np.testing.assert_allclose(out.logits[:, m] / scale, masked / scale, rtol=2e-6, atol=1e-5)
     if family != "vit":  # the projected embeddings too
         np.testing.assert_allclose(out.embeds[:, 1], members[1](**batch).embeds, atol=1e-5)
 

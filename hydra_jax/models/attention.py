@@ -93,15 +93,19 @@ class Attention(nn.Module):
             return nn.DenseGeneral((N, K), use_bias=self.qkv_bias, kernel_init=init, dtype=dtype,
                                    name=name)  # fmt: skip
 
-        q = projection("query")(x)  # [B, T, N, K]
-        k = projection("key")(x)  # [B, S, N, K]
-        v = projection("value")(x)  # [B, S, N, K]
+        # Head-major [B, N, T, K] operands make both attention products plain batched matmuls,
+        # and scaling q (not the [B, N, T, S] scores) keeps XLA:CPU from materialising the scale
+        # as a scores-sized operand: the forward is 1.7-2.4x faster per attention layer than with
+        # [B, T, N, K] einsums and scaled scores, the gradient about 7% faster
+        # (`bench/attention.py`).
+        q, k, v = (projection(name)(x).transpose(0, 2, 1, 3) for name in ("query", "key", "value"))
+        q = q / jnp.sqrt(K).astype(q.dtype)  # q: [B, N, T, K]; k, v: [B, N, S, K]
         wide_t = wide_dtype(q.dtype)  # scores accumulate and stay in float32 in bf16 compute
-        logits = jnp.einsum("BTNK,BSNK->BNTS", q, k, preferred_element_type=wide_t)
-        logits = logits / jnp.sqrt(K).astype(wide_t)
+        logits = jnp.einsum("BNTK,BNSK->BNTS", q, k, preferred_element_type=wide_t)
         probs = jax.nn.softmax(logits if bias is None else logits + bias, axis=-1)  # [B, N, T, S]
         dropped = nn.Dropout(self.dropout)(probs, deterministic=deterministic)
-        context = jnp.einsum("BNTS,BSNK->BTNK", dropped.astype(v.dtype), v)
+        context = jnp.einsum("BNTS,BNSK->BNTK", dropped.astype(v.dtype), v)
+        context = context.transpose(0, 2, 1, 3)  # [B, T, N, K]
         if head_mask is not None:
             context = context * head_mask.astype(v.dtype)[None, None, :, None]
         out = nn.DenseGeneral(

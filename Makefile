@@ -50,6 +50,7 @@ test: lint
 
 bench: setup
 	$(BIN)/python -m bench.forward
+	$(BIN)/python -m bench.attention
 	$(BIN)/python -m bench.scoring
 	$(BIN)/python -m bench.ensemble
 	$(BIN)/python -m bench.allocator

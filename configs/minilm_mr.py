@@ -8,8 +8,8 @@ Full run (about 25 minutes on 2 CPU cores; test accuracy about 80%, see README):
     python train.py --config configs/minilm_mr.py --workdir runs/minilm_mr
     python evaluate.py --config configs/minilm_mr.py --workdir runs/minilm_mr
 
-`demo` variant (what `make demo` trains; a fixed random 960 of the training sentences cut at
-48 tokens (4% are longer), one epoch of fine-tuning (30 steps); 250 ID test sentences and 125 of
+`demo` variant (what `make demo` trains; a fixed random 800 of the training sentences cut at
+48 tokens (4% are longer), one epoch of fine-tuning (25 steps); 200 ID test sentences and 100 of
 each OOD test set):
 
     python train.py --config configs/minilm_mr.py:demo --workdir runs/demo_baselines
@@ -71,7 +71,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if variant == "demo":  # `make demo`'s budget: see the module docstring
         c.title += " (demo)"
         c.train.epochs = 1.0
-        c.data.update(max_tokens=48, train_limit=960, eval_limit=250, ood_limit=125)
+        c.data.update(max_tokens=48, train_limit=800, eval_limit=200, ood_limit=100)
         c.eval.latency_repeats = 3
     if variant == "smoke":
         c.title += " (smoke)"

@@ -16,8 +16,8 @@ training seed by 1000 x S, so studies with seeds 0, 1, 2 share no model. Full ru
     python train.py --config configs/vit_fmnist.py --workdir runs/vit_fmnist
     python evaluate.py --config configs/vit_fmnist.py --workdir runs/vit_fmnist
 
-`demo` variant (what `make demo` trains: 6,400 training images, 2 epochs; 500 test images,
-250 of each OOD set, 125 shifted images per corruption and severity). `smoke` variant: a tiny
+`demo` variant (what `make demo` trains: 6,400 training images, 2 epochs; 400 test images,
+200 of each OOD set, 100 shifted images per corruption and severity). `smoke` variant: a tiny
 ViT (patch 7, 2 layers) on a few hundred images.
 """
 
@@ -72,7 +72,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.eval.dtype = "float32"
     if variant == "demo":
         c.title += " (demo)"
-        c.data.update(train_limit=6400, eval_limit=500, ood_limit=250, shift_limit=125)
+        c.data.update(train_limit=6400, eval_limit=400, ood_limit=200, shift_limit=100)
         c.eval.latency_repeats = 3
         c.train.epochs = 2.0
     if variant == "smoke":

@@ -12,8 +12,8 @@ OOD: MNIST digits, 8x8 digits, photo patches (as in the vision study).
     python train.py --config configs/zero_shot_fmnist.py --workdir runs/zero_shot_fmnist
     python evaluate.py --config configs/zero_shot_fmnist.py --workdir runs/zero_shot_fmnist
 
-`demo` variant (`make demo`): 6,400 training images (those of seen classes), 2 epochs; 500 test
-images, 250 of each OOD set; circuit search on 128 validation images per member. `smoke`: a tiny
+`demo` variant (`make demo`): 6,400 training images (those of seen classes), 2 epochs; 400 test
+images, 200 of each OOD set; circuit search on 128 validation images per member. `smoke`: a tiny
 ViT on a few hundred images. A study seed S is the suffix `,S`.
 """
 
@@ -70,7 +70,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.eval.dtype = "float32"
     if variant == "demo":
         c.title += " (demo)"
-        c.data.update(train_limit=6400, eval_limit=500, ood_limit=250)
+        c.data.update(train_limit=6400, eval_limit=400, ood_limit=200)
         c.train.epochs = 2.0
         c.circuit.examples = 128
         c.eval.latency_repeats = 3

@@ -1,5 +1,5 @@
-"""The accelerator benchmark runs at tiny shapes, so the script a GPU or TPU user runs as is
-cannot rot unnoticed; the attention benchmark times the same function in two layouts."""
+"""The accelerator and scoring benchmarks run at tiny shapes, so they cannot rot unnoticed (the
+scoring one did once); the attention benchmark times the same function in two layouts."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 from hydra_jax.models.attention import Attention, padding_bias
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from bench import accelerator
+from bench import accelerator, scoring
 from bench.attention import token_major
 
 
@@ -47,3 +47,8 @@ def test_attention_bench_compares_the_same_function():
     grads = [jax.grad(lambda p, f=f: jnp.sum(f(p) ** 2))(params) for f in (ours, before)]
     for a, b in zip(*map(jax.tree.leaves, grads), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_scoring_bench_runs_on_a_small_batch(capsys):
+    assert scoring.main(["--examples", "2", "--tokens", "16", "--repeats", "1"]) > 0
+    assert "ratio scoring / forward" in capsys.readouterr().out

@@ -13,29 +13,40 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from scipy.special import log_softmax
+from scipy.special import softmax
 
+from hydra_jax import metrics
 from hydra_jax.ensembles import baselines as methods
 from hydra_jax.evaluation import Method, predict
 from hydra_jax.experiments import baselines
 
 
+def member_indices(text: str) -> list[int]:
+    """`--members`: comma-separated non-negative integers, e.g. `0,1,2`."""
+    try:
+        indices = [int(i) for i in text.split(",")]
+    except ValueError:
+        message = f"--members wants integers like 0,1,2, got {text!r}"
+        raise argparse.ArgumentTypeError(message) from None
+    if any(i < 0 for i in indices):
+        raise argparse.ArgumentTypeError(f"--members wants non-negative indices, got {text!r}")
+    return indices
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("workdir", type=Path)
-    parser.add_argument("--members", default="0,1,2", help="comma-separated member indices")
+    parser.add_argument("--members", type=member_indices, default=[0, 1, 2],
+                        help="comma-separated member indices")  # fmt: skip
     parser.add_argument("--batch", type=int, default=256)
     args = parser.parse_args()
-    indices = [int(i) for i in args.members.split(",")]
-    models, study, _ = baselines.trained(args.workdir, indices)
+    models, study, _ = baselines.trained(args.workdir, args.members)
     labels = np.asarray(study.test.labels)
-    for m, model in zip(indices, models, strict=True):
+    for m, model in zip(args.members, models, strict=True):
         method = Method(f"member_{m}", methods.single(model), model.params)
         logits = predict(method, study.test, args.batch, progress=False)[:, 0]  # [N, C]
-        log_probs = log_softmax(logits.astype(np.float64), axis=-1)
-        accuracy = float(np.mean(logits.argmax(-1) == labels))
-        nll = float(-np.mean(log_probs[np.arange(len(labels)), labels]))
-        print(f"member {m}: test accuracy {100 * accuracy:.2f}%, NLL {nll:.4f} "
+        result = metrics.classification(softmax(logits.astype(np.float64), axis=-1), labels)
+        print(f"member {m}: test accuracy {100 * result['acc']:.2f}%, NLL {result['nll']:.4f} "
               f"({len(labels)} examples)")  # fmt: skip
 
 

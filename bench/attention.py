@@ -1,11 +1,13 @@
-"""Our attention layer vs the token-major formulation it replaced, forward and gradient.
+"""Our attention layer vs the two formulations it replaced, forward and gradient.
 
-The library's `Attention` transposes q, k, v to head-major `[B, N, T, K]` and scales q; the
-earlier code contracted token-major `[B, T, N, K]` operands in both einsums and scaled the
-`[B, N, T, S]` scores. Same parameters, same inputs (MiniLM-L6 shapes with a padding bias: 32 x
-64 tokens, 12 heads of 32; the Fashion-MNIST ViT's: 256 x 50 tokens, 12 heads of 6), CPU fp32,
-interleaved rounds; prints medians and the ratio per program. The gradient is of a sum of
-squares of the layer's output with respect to its parameters.
+The library's `Attention` transposes q, k, v to head-major `[B, N, T, K]`, scales q, and
+normalises the softmax after the value product (dividing `[B, N, T, K]` contexts, not
+`[B, N, T, S]` scores). Before it, `head_major_normalised` divided the scores first (as
+`jax.nn.softmax` does), and before that `token_major` contracted `[B, T, N, K]` operands in both
+einsums and scaled the `[B, N, T, S]` scores. Same parameters, same inputs (MiniLM-L6 shapes
+with a padding bias: 32 x 64 tokens, 12 heads of 32; the Fashion-MNIST ViT's: 256 x 50 tokens,
+12 heads of 6), CPU fp32, interleaved rounds; prints medians and our ratio to each. The
+gradient is of a sum of squares of the layer's output with respect to its parameters.
 
     .venv/bin/python -m bench.attention [--repeats 30]
 """
@@ -22,23 +24,35 @@ import numpy as np
 from bench.timing import interleaved, medians
 from hydra_jax.models.attention import Attention
 
-OURS, BEFORE = "head-major (ours)", "token-major (before)"
+OURS, NORMALISED, TOKEN_MAJOR = "ours", "normalised first", "token-major"
+VARIANTS = (OURS, NORMALISED, TOKEN_MAJOR)
 SHAPES = {"MiniLM-L6": (32, 64, 12, 32, True), "ViT (Fashion-MNIST)": (256, 50, 12, 6, False)}
 
 
-def token_major(params: Any, x: jax.Array, bias: jax.Array | None, K: int) -> jax.Array:
-    """The formulation before the head-major layout: `[B, T, N, K]` einsums, scaled scores."""
+def _project(params: Any, x: jax.Array, name: str) -> jax.Array:  # [B, T, N, K]
+    p = params[name]
+    return jnp.einsum("BTD,DNK->BTNK", x, p["kernel"]) + p["bias"][None, None]
 
-    def project(name: str) -> jax.Array:  # [B, T, N, K]
-        p = params[name]
-        return jnp.einsum("BTD,DNK->BTNK", x, p["kernel"]) + p["bias"][None, None]
 
-    q, k, v = project("query"), project("key"), project("value")
-    logits = jnp.einsum("BTNK,BSNK->BNTS", q, k) / jnp.sqrt(K).astype(q.dtype)
-    probs = jax.nn.softmax(logits if bias is None else logits + bias, axis=-1)  # [B, N, T, S]
-    context = jnp.einsum("BNTS,BSNK->BTNK", probs, v)
+def _output(params: Any, context: jax.Array) -> jax.Array:  # [B, T, N, K] -> [B, T, D]
     out = params["out"]
     return jnp.einsum("BTNK,NKD->BTD", context, out["kernel"]) + out["bias"][None, None]
+
+
+def head_major_normalised(params: Any, x: jax.Array, bias: jax.Array | None, K: int) -> jax.Array:
+    """Head-major operands and a scaled q, with the softmax normalised before the value product."""
+    q, k, v = (_project(params, x, n).transpose(0, 2, 1, 3) for n in ("query", "key", "value"))
+    logits = jnp.einsum("BNTK,BNSK->BNTS", q / jnp.sqrt(K).astype(q.dtype), k)
+    probs = jax.nn.softmax(logits if bias is None else logits + bias, axis=-1)  # [B, N, T, S]
+    return _output(params, jnp.einsum("BNTS,BNSK->BNTK", probs, v).transpose(0, 2, 1, 3))
+
+
+def token_major(params: Any, x: jax.Array, bias: jax.Array | None, K: int) -> jax.Array:
+    """The first formulation: `[B, T, N, K]` einsums, scaled scores, normalised before."""
+    q, k, v = (_project(params, x, name) for name in ("query", "key", "value"))
+    logits = jnp.einsum("BTNK,BSNK->BNTS", q, k) / jnp.sqrt(K).astype(q.dtype)
+    probs = jax.nn.softmax(logits if bias is None else logits + bias, axis=-1)  # [B, N, T, S]
+    return _output(params, jnp.einsum("BNTS,BSNK->BTNK", probs, v))
 
 
 def main() -> None:
@@ -54,7 +68,8 @@ def main() -> None:
         params = layer.init(jax.random.key(0), x, bias, None)["params"]
         variants = {
             OURS: lambda p, x, b=bias, m=layer: m.apply({"params": p}, x, b, None)[0],
-            BEFORE: lambda p, x, b=bias, K=K: token_major(p, x, b, K),
+            NORMALISED: lambda p, x, b=bias, K=K: head_major_normalised(p, x, b, K),
+            TOKEN_MAJOR: lambda p, x, b=bias, K=K: token_major(p, x, b, K),
         }
         for variant, f in variants.items():
             loss = lambda p, x, f=f: jnp.sum(f(p, x) ** 2)  # noqa: E731
@@ -67,17 +82,20 @@ def main() -> None:
                     c(p, x)
                 )
             checks[(name, variant)] = np.asarray(compiled["forward"](params, x))
-        diff = np.abs(checks[(name, OURS)] - checks[(name, BEFORE)])
-        print(f"{name}: max |head-major - token-major| on the output: {diff.max():.2e}")
+        for other in (NORMALISED, TOKEN_MAJOR):
+            diff = np.abs(checks[(name, OURS)] - checks[(name, other)]).max()
+            print(f"{name}: max |ours - {other}| on the output: {diff:.2e}")
     keys = list(programs)
     times = medians(interleaved({str(i): programs[k] for i, k in enumerate(keys)}, args.repeats))
     ms = {k: 1e3 * times[str(i)] for i, k in enumerate(keys)}
     print(f"one attention layer, CPU fp32, {args.repeats} interleaved rounds, median ms")
-    print(f"{'shape':<22}{'program':<11}{'head-major':>12}{'token-major':>13}{'ratio':>8}")
+    print(f"{'shape':<22}{'program':<10}" + "".join(f"{v:>18}" for v in VARIANTS)
+          + f"{'/ normalised':>14}{'/ token-major':>15}")  # fmt: skip
     for name in SHAPES:
         for kind in ("forward", "gradient"):
-            ours, before = ms[(name, kind, OURS)], ms[(name, kind, BEFORE)]
-            print(f"{name:<22}{kind:<11}{ours:>12.2f}{before:>13.2f}{ours / before:>8.3f}")
+            row = [ms[(name, kind, variant)] for variant in VARIANTS]
+            print(f"{name:<22}{kind:<10}" + "".join(f"{t:>18.2f}" for t in row)
+                  + f"{row[0] / row[1]:>14.3f}{row[0] / row[2]:>15.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The accelerator and scoring benchmarks run at tiny shapes, so they cannot rot unnoticed (the
-scoring one did once); the attention benchmark times the same function in two layouts."""
+scoring one did once); the attention benchmark times the same function in three formulations."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hydra_jax.models.attention import Attention, padding_bias
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from bench import accelerator, scoring
-from bench.attention import token_major
+from bench.attention import head_major_normalised, token_major
 
 
 def test_accelerator_bench_runs_at_tiny_shapes(capsys):
@@ -28,7 +28,7 @@ def test_accelerator_bench_runs_at_tiny_shapes(capsys):
 
 
 def test_attention_bench_compares_the_same_function():
-    """bench/attention.py's token-major formulation computes our layer's output and gradient."""
+    """bench/attention.py's earlier formulations compute our layer's output and gradient."""
     rng = np.random.default_rng(0)
     B, T, N, K = 2, 5, 3, 4
     layer = Attention(N, K, N * K)
@@ -40,13 +40,13 @@ def test_attention_bench_compares_the_same_function():
     def ours(p):
         return layer.apply({"params": p}, x, bias, None)[0]
 
-    def before(p):
-        return token_major(p, x, bias, K)
-
-    np.testing.assert_allclose(ours(params), before(params), atol=1e-6)
-    grads = [jax.grad(lambda p, f=f: jnp.sum(f(p) ** 2))(params) for f in (ours, before)]
-    for a, b in zip(*map(jax.tree.leaves, grads), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    grad = jax.grad(lambda p: jnp.sum(ours(p) ** 2))(params)
+    for formulation in (head_major_normalised, token_major):
+        before = lambda p, f=formulation: f(p, x, bias, K)  # noqa: E731
+        np.testing.assert_allclose(ours(params), before(params), atol=1e-6)
+        grad_before = jax.grad(lambda p, f=before: jnp.sum(f(p) ** 2))(params)
+        for a, b in zip(*map(jax.tree.leaves, (grad, grad_before)), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_scoring_bench_runs_on_a_small_batch(capsys):

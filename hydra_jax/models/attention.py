@@ -95,16 +95,25 @@ class Attention(nn.Module):
 
         # Head-major [B, N, T, K] operands make both attention products plain batched matmuls,
         # and scaling q (not the [B, N, T, S] scores) keeps XLA:CPU from materialising the scale
-        # as a scores-sized operand: one layer's forward takes 0.38-0.81x the time it took with
-        # [B, T, N, K] einsums and scaled scores, its gradient 0.82-1.0x (`bench/attention.py`).
+        # as a scores-sized operand. The softmax is normalised after the value product: the
+        # division then touches [B, N, T, K] contexts, not [B, N, T, S] scores, and the
+        # probabilities are only computed when a caller uses them (attention entropy). Dropout
+        # commutes with the row division, so the dropout mask and its meaning are unchanged.
+        # Measured against the previous formulations in `bench/attention.py`.
         q, k, v = (projection(name)(x).transpose(0, 2, 1, 3) for name in ("query", "key", "value"))
         q = q / jnp.sqrt(K).astype(q.dtype)  # q: [B, N, T, K]; k, v: [B, N, S, K]
         wide_t = wide_dtype(q.dtype)  # scores accumulate and stay in float32 in bf16 compute
         logits = jnp.einsum("BNTK,BNSK->BNTS", q, k, preferred_element_type=wide_t)
-        probs = jax.nn.softmax(logits if bias is None else logits + bias, axis=-1)  # [B, N, T, S]
-        dropped = nn.Dropout(self.dropout)(probs, deterministic=deterministic)
-        context = jnp.einsum("BNTS,BNSK->BNTK", dropped.astype(v.dtype), v)
-        context = context.transpose(0, 2, 1, 3)  # [B, T, N, K]
+        if bias is not None:
+            logits = logits + bias
+        peak = jax.lax.stop_gradient(logits.max(axis=-1, keepdims=True))
+        unnormalised = jnp.exp(logits - peak)  # [B, N, T, S]
+        total = unnormalised.sum(axis=-1, keepdims=True)  # [B, N, T, 1]
+        probs = unnormalised / total
+        dropped = nn.Dropout(self.dropout)(unnormalised, deterministic=deterministic)
+        context = jnp.einsum("BNTS,BNSK->BNTK", dropped.astype(v.dtype), v,
+                             preferred_element_type=wide_t) / total  # fmt: skip
+        context = context.astype(v.dtype).transpose(0, 2, 1, 3)  # [B, T, N, K]
         if head_mask is not None:
             context = context * head_mask.astype(v.dtype)[None, None, :, None]
         out = nn.DenseGeneral(

@@ -1,4 +1,5 @@
-"""Where the jitted MiniLM-L6 forward spends its time on this CPU (batch 32 x 64 tokens, fp32).
+"""Where a jitted forward spends its time on this CPU: MiniLM-L6 (batch 32 x 64 tokens) or the
+Fashion-MNIST ViT of `configs/vit_fmnist.py` (256 images, random weights), fp32.
 
 Traces a few calls with `jax.profiler`, reads the trace (`jax.profiler.ProfileData`), and sums
 each executed XLA fusion's time by what its fused computation contains: matrix products alone,
@@ -7,7 +8,7 @@ softmax parts, layouts (transposes, copies), other element-wise work (GELU, Laye
 Run it on both kinds of CPU to see whether a gap to PyTorch comes from the matmul kernels
 (XLA's) or from the rest (ours).
 
-    .venv/bin/python -m bench.profile [--calls 5]
+    .venv/bin/python -m bench.profile [--calls 5] [--model vit]
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import jax
 import numpy as np
 
 import hydra_jax as hj
+from configs import vit_fmnist
 from hydra_jax.data import random_tokens
+from hydra_jax.experiments import common
 from hydra_jax.models import with_classifier
 
 NOT_OPS = {"parameter", "bitcast", "broadcast", "constant", "reshape", "tuple", "get-tuple-element"}
@@ -61,9 +64,17 @@ def category(ops: collections.Counter) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--model", choices=("minilm", "vit"), default="minilm")
     args = parser.parse_args()
-    model = with_classifier(hj.from_pretrained(hj.minilm_l6_path()), 2, jax.random.key(0))
-    batch = random_tokens(np.random.default_rng(0), 32, 64)
+    rng = np.random.default_rng(0)
+    if args.model == "minilm":
+        model = with_classifier(hj.from_pretrained(hj.minilm_l6_path()), 2, jax.random.key(0))
+        batch, what = random_tokens(rng, 32, 64), "MiniLM-L6 forward, batch 32 x 64 tokens"
+    else:
+        model = hj.Model.init(common.scratch_config(vit_fmnist.get_config()), jax.random.key(0))
+        size = model.config.image_size
+        pixels = rng.standard_normal((256, model.config.num_channels, size, size))
+        batch, what = {"pixel_values": pixels.astype(np.float32)}, "ViT forward, 256 images"
     forward = jax.jit(lambda p, b: model.apply(p, **b).logits)
     ops = fused_ops(forward.lower(model.params, batch).compile().as_text())
     for _ in range(3):
@@ -84,7 +95,7 @@ def main() -> None:
                 elif re.fullmatch(r"[a-z_]+\.\d+", name) and not name.startswith("end"):
                     seconds["unfused ops"] += event.duration_ns / 1e9 / args.calls
     total = sum(seconds.values())
-    print(f"MiniLM-L6 forward, batch 32 x 64 tokens, CPU fp32: {total * 1e3:.1f} ms of XLA ops "
+    print(f"{what}, CPU fp32: {total * 1e3:.1f} ms of XLA ops "
           f"per call (summed over threads), by what each fusion computes:")  # fmt: skip
     for name, s in seconds.most_common():
         print(f"  {name:<38}{s * 1e3:>9.1f} ms {100 * s / total:>6.1f}%")

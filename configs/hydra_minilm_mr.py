@@ -13,9 +13,8 @@ the baselines:
     python evaluate.py --config configs/hydra_minilm_mr.py --workdir runs/hydra_minilm_mr
 
 `demo` variant (the paper's rows: single, deep_ensemble, mc_dropout, hydra_taylor,
-hydra_circuit, on the baselines of `configs/minilm_mr.py:demo`; circuit search on 32
-validation examples per member; members fine-tuned for half an epoch, 12 steps), what
-`make demo` runs (README, "Wall time"):
+hydra_circuit, on the baselines of `configs/minilm_mr.py:demo`; circuit search on 48
+validation examples per member), what `make demo` runs (README, "Wall time"):
 
     python train.py --config configs/minilm_mr.py:demo --workdir runs/demo_baselines
     python train.py --config configs/hydra_minilm_mr.py:demo --workdir runs/demo
@@ -65,8 +64,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.base_workdir = "runs/demo_baselines"
         c.strategies = ("taylor", "circuit")
         c.methods = ("single", "deep_ensemble", "mc_dropout", "hydra_taylor", "hydra_circuit")
-        c.circuit.examples = 32
-        c.member_train.epochs = 0.5
+        c.circuit.examples = 48
         c.eval.latency_repeats = 3
     if variant == "smoke":
         c.title += " (smoke)"

@@ -3,8 +3,9 @@
     python scripts/same_predictions.py RUN_A RUN_B [--atol 1e-6]
 
 Every `predictions/*.npz` of RUN_A must exist in RUN_B with the same keys and shapes and values
-within `atol` (0 asks for bit equality); pruning workdirs compare `results.json` curves and head
-sets instead. Used to check that a refactoring changed no result.
+within `atol` (0 asks for bit equality); pruning and ablation workdirs compare `results.json`
+curves and rows, and head sets; a pair with nothing to compare is an error, not "same". Used to
+check that a refactoring, or a run on several processes, changed no result.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 
-def compare_npz(a: Path, b: Path, atol: float) -> list[str]:
+def compare_npz(a: Path, b: Path, atol: float, compared: list[str]) -> list[str]:
     problems = []
     for path in sorted((a / "predictions").glob("*.npz")):
         other = b / "predictions" / path.name
@@ -33,6 +34,7 @@ def compare_npz(a: Path, b: Path, atol: float) -> list[str]:
                     problems.append(f"{path.name}[{key}]: shape {x[key].shape} vs {y[key].shape}")
                     continue
                 diff = float(np.max(np.abs(x[key].astype(np.float64) - y[key]), initial=0.0))
+                compared.append(f"{path.name}[{key}]")
                 status = "equal" if diff == 0 else f"max |diff| {diff:.3g}"
                 print(f"{path.name}[{key}]: {status}")
                 if diff > atol:
@@ -40,7 +42,9 @@ def compare_npz(a: Path, b: Path, atol: float) -> list[str]:
     return problems
 
 
-def compare_json(a: Path, b: Path, name: str, keys: list[str], atol: float) -> list[str]:
+def compare_json(
+    a: Path, b: Path, name: str, keys: list[str], atol: float, compared: list[str]
+) -> list[str]:
     if not (a / name).is_file():
         return []
     x, y = json.loads((a / name).read_text()), json.loads((b / name).read_text())
@@ -53,6 +57,7 @@ def compare_json(a: Path, b: Path, name: str, keys: list[str], atol: float) -> l
             problems.append(f"{name}[{key}]: different structure")
             continue
         diff = max((abs(p - q) for p, q in zip(left, right, strict=True)), default=0.0)
+        compared.append(f"{name}[{key}]")
         print(f"{name}[{key}]: {'equal' if diff == 0 else f'max |diff| {diff:.3g}'}")
         if diff > atol:
             problems.append(f"{name}[{key}]: max |diff| {diff:.3g} > {atol}")
@@ -67,17 +72,20 @@ def _numbers(tree) -> list[float]:
     return [float(tree)] if isinstance(tree, int | float) else []
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("a", type=Path)
     parser.add_argument("b", type=Path)
     parser.add_argument("--atol", type=float, default=1e-6)
-    args = parser.parse_args()
-    problems = compare_npz(args.a, args.b, args.atol)
-    problems += compare_json(args.a, args.b, "results.json", ["curves", "hies_alpha", "scores"],
-                             args.atol)  # fmt: skip
-    problems += compare_json(args.a, args.b, "head_sets.json", ["taylor", "circuit", "hies",
-                             "stratified"], 0.0)  # fmt: skip
+    args = parser.parse_args(argv)
+    compared: list[str] = []
+    problems = compare_npz(args.a, args.b, args.atol, compared)
+    results = ["curves", "hies_alpha", "scores", "rows"]
+    problems += compare_json(args.a, args.b, "results.json", results, args.atol, compared)
+    head_sets = ["taylor", "circuit", "hies", "stratified"]
+    problems += compare_json(args.a, args.b, "head_sets.json", head_sets, 0.0, compared)
+    if not compared:
+        problems.append(f"nothing to compare in {args.a}: no predictions, curves, rows, head sets")
     for problem in problems:
         print("DIFFERENT:", problem)
     print("same" if not problems else f"{len(problems)} differences")

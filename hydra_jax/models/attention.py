@@ -98,8 +98,10 @@ class Attention(nn.Module):
         # as a scores-sized operand. The softmax is normalised after the value product: the
         # division then touches [B, N, T, K] contexts, not [B, N, T, S] scores, and the
         # probabilities are only computed when a caller uses them (attention entropy). Dropout
-        # commutes with the row division, so the dropout mask and its meaning are unchanged.
-        # Measured against the previous formulations in `bench/attention.py`.
+        # commutes with the row division, so the dropout mask and its meaning are unchanged; the
+        # context accumulates in the softmax dtype and returns to the compute dtype after the
+        # division. `bench/attention.py`: one layer's forward takes 0.48-0.53x (ViT shapes) and
+        # 0.88-0.91x (MiniLM) the time of normalising first, its gradient 0.91-0.99x.
         q, k, v = (projection(name)(x).transpose(0, 2, 1, 3) for name in ("query", "key", "value"))
         q = q / jnp.sqrt(K).astype(q.dtype)  # q: [B, N, T, K]; k, v: [B, N, S, K]
         wide_t = wide_dtype(q.dtype)  # scores accumulate and stay in float32 in bf16 compute

@@ -14,6 +14,14 @@ FASHION_MNIST := $(DATA)/downloads/debian/usr/share/datasets/fashion-mnist/t10k-
 # 4 KiB pages. Transparent huge pages for malloc cut that cost: in a loop, a fine-tuning step is
 # about 24% faster on our 2-core machine (bench/allocator.py; README, "Benchmarks").
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
+# The studies run as several processes (train.py, evaluate.py per stage) that compile many of the
+# same XLA programs; JAX's persistent compilation cache lets each later process load them instead
+# of compiling again (README, "Set up, demo, test"). Results are unchanged: a program's key is its
+# HLO, options and JAX version. Only the study targets use it, not the tests.
+STUDIES := smoke baselines prune hydra demo demo-seeds vision zero-shot
+$(STUDIES): export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/runs/.jax_cache
+$(STUDIES): export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0
+$(STUDIES): export JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES ?= 0
 
 .PHONY: setup test lint bench smoke baselines prune hydra demo demo-seeds vision zero-shot clean
 

@@ -6,8 +6,9 @@
 # one process. Zero-shot is compared twice: its head sets and evaluation on 2 processes from the
 # dual encoder trained on one (`zero_shot_stages`, within ATOL), and the whole study, training
 # included, on 2 processes (`zero_shot`, within TRAINED_ATOL, 1e-4): training on another mesh
-# sums in another order, and AdamW turns that rounding into steps of about the learning rate on
-# the attention key biases, whose exact gradient is zero (README, "Scale").
+# sums in another order, so the trained weights differ by rounding that the steps carry forward
+# (1.3e-5 on 2026-12-01; the attention key biases by more, but those change no output: softmax
+# ignores them, and AdamW turns their zero exact gradient into noise; README, "Scale").
 #
 #     bash scripts/two_processes.sh [OUT]     # OUT defaults to runs/two_processes
 set -euo pipefail

@@ -13,11 +13,10 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from scipy.special import softmax
 
 from hydra_jax import metrics
 from hydra_jax.ensembles import baselines as methods
-from hydra_jax.evaluation import Method, predict
+from hydra_jax.evaluation import Method, predict, softmax
 from hydra_jax.experiments import baselines
 
 
@@ -45,7 +44,7 @@ def main() -> None:
     for m, model in zip(args.members, models, strict=True):
         method = Method(f"member_{m}", methods.single(model), model.params)
         logits = predict(method, study.test, args.batch, progress=False)[:, 0]  # [N, C]
-        result = metrics.classification(softmax(logits.astype(np.float64), axis=-1), labels)
+        result = metrics.classification(softmax(logits), labels)  # as the studies do
         print(f"member {m}: test accuracy {100 * result['acc']:.2f}%, NLL {result['nll']:.4f} "
               f"({len(labels)} examples)")  # fmt: skip
 

@@ -47,6 +47,8 @@ def compare_json(
 ) -> list[str]:
     if not (a / name).is_file():
         return []
+    if not (b / name).is_file():
+        return [f"{b / name} is missing"]
     x, y = json.loads((a / name).read_text()), json.loads((b / name).read_text())
     problems = []
     for key in keys:

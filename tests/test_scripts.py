@@ -30,6 +30,8 @@ def test_same_predictions_passes_equal_runs_and_fails_different_or_empty_ones(tm
     assert same_predictions.main([str(a), str(c)]) == 1  # an ablation row differs
     d = _run(tmp_path, "d", rows, logits + 1e-3)
     assert same_predictions.main([str(a), str(d)]) == 1  # a prediction differs
+    (d / "results.json").unlink()
+    assert same_predictions.main([str(a), str(d)]) == 1  # its results are missing, not a crash
     (tmp_path / "e").mkdir()
     (tmp_path / "f").mkdir()
     assert same_predictions.main([str(tmp_path / "e"), str(tmp_path / "f")]) == 1  # nothing

@@ -71,6 +71,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--also", action="append", default=[], metavar="TUNABLES",
+                        help="another GLIBC_TUNABLES setting to compare")  # fmt: skip
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -79,6 +81,8 @@ def main() -> None:
     base_env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     settings = {"4 KiB pages (glibc default)": base_env,
                 "huge pages (hugetlb=1)": {**base_env, "GLIBC_TUNABLES": _TUNABLE}}  # fmt: skip
+    for tunables in args.also:
+        settings[tunables] = {**base_env, "GLIBC_TUNABLES": tunables}
     command = [sys.executable, "-m", "bench.allocator", "--worker"]
     pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     workers = {name: subprocess.Popen(command, env=env, **pipes) for name, env in settings.items()}
@@ -104,12 +108,14 @@ def main() -> None:
         process.wait()
     print(f"MiniLM-L6, batch 32 x 64 tokens, CPU fp32, {args.repeats} interleaved rounds of "
           f"{args.calls} calls; medians")  # fmt: skip
-    default, huge = names
+    default = names[0]
     for program in programs:
         for label, times in (("back to back", rest), ("first after idle", first)):
-            a, b = np.median(times[default, program]), np.median(times[huge, program])
-            print(f"{program:<11}{label:<17} {default}: {a * 1e3:6.1f} ms   {huge}: "
-                  f"{b * 1e3:6.1f} ms   ratio {b / a:.3f}")  # fmt: skip
+            a = np.median(times[default, program])
+            for name in names:
+                b = np.median(times[name, program])
+                print(f"{program:<11}{label:<17} {name:<40} {b * 1e3:7.1f} ms   "
+                      f"ratio to default {b / a:.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
 """HIS + attention-entropy scoring over the calibration set vs one forward pass over it.
 
+The scoring side is the public `scoring.his_and_entropy` (one compiled forward+backward per
+batch, per-example gradients summed on the host), as the pruning and Hydra stages call it.
+
 MiniLM-L6 (real weights, random classifier), 32 calibration sentences (the HIES default), CPU
 fp32, interleaved medians; target (SPEC section 10): scoring <= 3.5 x one forward.
 
@@ -30,11 +33,10 @@ def main(argv: list[str] | None = None) -> float:
     rng = np.random.default_rng(0)
     batch = random_tokens(rng, args.examples, args.tokens)
     batch["labels"] = rng.integers(0, 2, args.examples)
-    stats = scoring._head_stats(model.config, use_labels=True)
     forward = jax.jit(lambda p, b: model.apply(p, **b).logits)
     inputs = {k: v for k, v in batch.items() if k != "labels"}
     programs = {
-        "HIS + AE (vmap(grad))": lambda: jax.block_until_ready(stats(model.params, batch)),
+        "HIS + AE (vmap(grad))": lambda: scoring.his_and_entropy(model, [batch]),
         "one forward": lambda: jax.block_until_ready(forward(model.params, inputs)),
     }
     times = medians(interleaved(programs, repeats=args.repeats))

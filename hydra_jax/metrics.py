@@ -48,6 +48,22 @@ def _check_distributions(members: np.ndarray, atol: float = 1e-3) -> None:
         )
 
 
+def _check_labels(labels: np.ndarray, num_examples: int, num_classes: int) -> np.ndarray:
+    """`[B]` integer classes in `[0, C)`, or a ValueError naming the first offending examples."""
+    labels = np.asarray(labels)
+    if labels.shape != (num_examples,):
+        raise ValueError(f"labels must be [B] = [{num_examples}], got shape {labels.shape}")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels must be integer classes, got dtype {labels.dtype}")
+    outside = np.nonzero((labels < 0) | (labels >= num_classes))[0]
+    if outside.size:
+        raise ValueError(
+            f"labels must be classes in [0, {num_classes}); examples {outside[:5].tolist()} have "
+            f"{labels[outside[:5]].tolist()}"
+        )
+    return labels
+
+
 def _entropy(p: np.ndarray) -> np.ndarray:
     """Shannon entropy (nats) over the last axis, with 0 log 0 = 0."""
     return -np.sum(np.where(p > 0, p * np.log(np.maximum(p, _TINY)), 0.0), axis=-1)
@@ -121,18 +137,8 @@ def classification(probs: np.ndarray, labels: np.ndarray, num_bins: int = 15) ->
     """
     members = _member_probs(probs)
     _check_distributions(members)
-    labels = np.asarray(labels)
     B, M, C = members.shape
-    if labels.shape != (B,):
-        raise ValueError(f"labels must be [B] = [{B}], got shape {labels.shape}")
-    if not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(f"labels must be integer classes, got dtype {labels.dtype}")
-    outside = np.nonzero((labels < 0) | (labels >= C))[0]
-    if outside.size:
-        raise ValueError(
-            f"labels must be classes in [0, {C}); examples {outside[:5].tolist()} have "
-            f"{labels[outside[:5]].tolist()}"
-        )
+    labels = _check_labels(labels, B, C)
     p = members.mean(axis=1)  # [B, C]
     prediction = p.argmax(-1)
     confidence = p.max(-1)
@@ -190,8 +196,12 @@ def ood_score(
       kind: `msp` (-max_c p_c), `entropy` (H(p)), `mi` (mutual information between members),
         `energy` (-logsumexp_c of the member-mean logits; needs `logits`).
       logits: member logits, same shape as `probs`, for `energy`.
+
+    Raises:
+      ValueError: NaN/inf or empty `probs`, or `probs` that are not probabilities (logits?).
     """
     members = _member_probs(probs)
+    _check_distributions(members)
     p = members.mean(1)
     if kind == "msp":
         return -p.max(-1)
@@ -269,10 +279,14 @@ def misclassification(
     from correct ones by the uncertainty score `kind` of `ood_score` (MSP: -max_c p_c).
 
     Raises:
-      ValueError: every prediction is right, or every one is wrong (nothing to separate).
+      ValueError: every prediction is right, or every one is wrong (nothing to separate); and
+        what `classification` refuses (probabilities that are not, labels of the wrong shape,
+        type or range).
     """
     members = _member_probs(probs)
-    labels = np.asarray(labels)
+    _check_distributions(members)
+    B, _, C = members.shape
+    labels = _check_labels(labels, B, C)
     wrong = members.mean(1).argmax(-1) != labels
     if wrong.all() or not wrong.any():
         raise ValueError(

@@ -551,6 +551,18 @@ def cases(tmp: Path) -> list[Case]:
         ),
         ("unknown OOD score", lambda: metrics.ood_score(probs, "magic"), V, "unknown OOD score"),
         (
+            "logits as OOD-score probabilities",
+            lambda: metrics.ood_score(np.log(probs) + 1.5, "entropy"),
+            V,
+            "not probabilities",
+        ),
+        (
+            "column-vector labels for misclassification",
+            lambda: metrics.misclassification(probs, labels[:, None]),
+            V,
+            "labels must be [B]",
+        ),
+        (
             "unknown FPR95 rule",
             lambda: metrics.ood(np.arange(5.0), np.arange(3.0), fpr95_convention="x"),
             V,

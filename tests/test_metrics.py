@@ -95,6 +95,21 @@ def test_logits_and_unnormalised_rows_are_refused_with_a_softmax_hint():
     assert metrics.classification(float32, HAND_LABELS)["acc"] == pytest.approx(0.75)
 
 
+def test_misclassification_and_ood_scores_refuse_what_classification_refuses():
+    """Labels of the wrong shape would broadcast `argmax != labels` to `[B, B]`; logits would
+    give scores of the wrong sign. Both are refused by name, as in `classification`."""
+    with pytest.raises(ValueError, match=r"labels must be \[B\] = \[4\]"):
+        metrics.misclassification(HAND_PROBS, HAND_LABELS[:, None])
+    with pytest.raises(ValueError, match=r"labels must be classes in \[0, 2\)"):
+        metrics.misclassification(HAND_PROBS, np.array([0, 1, 2, 1]))
+    logits = np.log(HAND_PROBS) + 1.5
+    with pytest.raises(ValueError, match=r"not probabilities: .*softmax\(logits\)"):
+        metrics.misclassification(logits, HAND_LABELS)
+    for kind in ("msp", "entropy", "mi", "energy"):
+        with pytest.raises(ValueError, match="not probabilities"):
+            metrics.ood_score(logits, kind, logits=logits)
+
+
 def test_misclassification_detection_matches_sklearn_with_wrong_positive():
     rng = np.random.default_rng(4)
     members = rng.dirichlet(np.ones(5) * 0.5, size=(200, 3))  # [B, M, C]

@@ -64,6 +64,36 @@ def _check_labels(labels: np.ndarray, num_examples: int, num_classes: int) -> np
     return labels
 
 
+def _check_confidence(
+    confidence: np.ndarray, correct: np.ndarray, num_bins: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Float64 `[N]` confidences in [0, 1] and 0/1 correctness, and a positive bin count."""
+    if not isinstance(num_bins, (int, np.integer)) or num_bins < 1:
+        raise ValueError(f"num_bins must be a positive integer, got {num_bins!r}")
+    confidence = np.asarray(confidence, np.float64)
+    correct = np.asarray(correct, np.float64)
+    if confidence.ndim != 1 or correct.ndim != 1:
+        raise ValueError(
+            f"confidence and correct must be 1-D [N], got shapes {confidence.shape} and "
+            f"{correct.shape}"
+        )
+    if confidence.size != correct.size:
+        raise ValueError(f"{confidence.size} confidences but {correct.size} correct flags")
+    if confidence.size == 0:
+        raise ValueError("confidence is empty: no examples to evaluate")
+    if not np.all(np.isfinite(confidence)):
+        raise ValueError(f"confidence contains {int((~np.isfinite(confidence)).sum())} NaN/inf")
+    outside = np.nonzero((confidence < -1e-6) | (confidence > 1 + 1e-6))[0]
+    if outside.size:
+        raise ValueError(
+            f"confidences must lie in [0, 1]; examples {outside[:5].tolist()} have "
+            f"{confidence[outside[:5]].tolist()}"
+        )
+    if not np.all((correct == 0) | (correct == 1)):
+        raise ValueError("correct must be 0/1 (or bool) per example")
+    return confidence, correct
+
+
 def _entropy(p: np.ndarray) -> np.ndarray:
     """Shannon entropy (nats) over the last axis, with 0 log 0 = 0."""
     return -np.sum(np.where(p > 0, p * np.log(np.maximum(p, _TINY)), 0.0), axis=-1)
@@ -90,9 +120,12 @@ def calibration(
     a bin of its own, so the two differ when some confidence is exactly 1.0 (rare in float32
     softmax outputs, but possible). Equal-mass bins split the confidence-sorted examples into
     `num_bins` groups whose sizes differ by at most one.
+
+    Raises:
+      ValueError: shapes that differ or are not 1-D, no examples, confidences outside [0, 1]
+        or not finite, correctness that is not 0/1, or `num_bins` < 1.
     """
-    confidence = np.asarray(confidence, np.float64)
-    correct = np.asarray(correct, np.float64)
+    confidence, correct = _check_confidence(confidence, correct, num_bins)
     edges = np.linspace(0.0, 1.0, num_bins + 1)
     which = np.clip(np.searchsorted(edges, confidence, side="right") - 1, 0, num_bins - 1)
     width_bins = [np.nonzero(which == b)[0] for b in range(num_bins)]
@@ -107,8 +140,11 @@ def calibration(
 
 
 def reliability(confidence: np.ndarray, correct: np.ndarray, num_bins: int = 15) -> dict:
-    """Per equal-width bin: count, mean confidence and accuracy (NaN where empty), for plots."""
-    confidence, correct = np.asarray(confidence, np.float64), np.asarray(correct, np.float64)
+    """Per equal-width bin: count, mean confidence and accuracy (NaN where empty), for plots.
+
+    Refuses what `calibration` refuses.
+    """
+    confidence, correct = _check_confidence(confidence, correct, num_bins)
     edges = np.linspace(0.0, 1.0, num_bins + 1)
     which = np.clip(np.searchsorted(edges, confidence, side="right") - 1, 0, num_bins - 1)
     count = np.bincount(which, minlength=num_bins)
@@ -164,6 +200,7 @@ def diversity(members: np.ndarray) -> dict[str, float]:
     Pairwise KL is the mean of `KL(p_m || p_n)` over ordered pairs m != n.
     """
     members = _member_probs(members)
+    _check_distributions(members)
     M = members.shape[1]
     if M < 2:
         raise ValueError(f"diversity needs at least two members, got M={M}")
@@ -231,7 +268,9 @@ def _roc_points(id_scores: np.ndarray, ood_scores: np.ndarray) -> tuple:
 
 
 def _check_scores(scores: np.ndarray, name: str) -> np.ndarray:
-    scores = np.asarray(scores, np.float64).reshape(-1)
+    scores = np.asarray(scores, np.float64)
+    if scores.ndim != 1:
+        raise ValueError(f"{name} must be 1-D [N], one score per example; got {scores.shape}")
     if scores.size < 2:
         raise ValueError(f"{name} has {scores.size} example(s); OOD metrics need at least 2")
     if not np.all(np.isfinite(scores)):
@@ -318,7 +357,8 @@ def auroc_difference(
       `level`, as fractions.
 
     Raises:
-      ValueError: the methods' scores are not paired (different sets or set sizes).
+      ValueError: the methods' scores are not paired (different sets or set sizes), scores that
+        are not finite 1-D arrays, `resamples` < 1 or `level` outside (0, 1).
     """
     return pooled_auroc_difference([(id_a, ood_a, id_b, ood_b)], resamples, level, seed)
 
@@ -338,6 +378,10 @@ def pooled_auroc_difference(
     """
     if not runs:
         raise ValueError("no runs to pool")
+    if not isinstance(resamples, (int, np.integer)) or resamples < 1:
+        raise ValueError(f"resamples must be a positive integer, got {resamples!r}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r} (0.95 for 95%)")
     checked = [_paired(*run, prefix=f"run {r}: " if len(runs) > 1 else "")
                for r, run in enumerate(runs)]  # fmt: skip
 

@@ -557,6 +557,38 @@ def cases(tmp: Path) -> list[Case]:
             "not probabilities",
         ),
         (
+            "confidences and correct flags of different lengths",
+            lambda: metrics.calibration(probs.max(-1), labels[:2] == 1),
+            V,
+            "3 confidences but 2",
+        ),
+        (
+            "a percentage as a confidence",
+            lambda: metrics.calibration(100 * probs.max(-1), labels == 1),
+            V,
+            "confidences must lie in [0, 1]",
+        ),
+        (
+            "member logits as diversity probabilities",
+            lambda: metrics.diversity(np.log(np.stack([probs, probs], 1))),
+            V,
+            "not probabilities",
+        ),
+        (
+            "per-member OOD scores [N, M]",
+            lambda: metrics.ood(np.ones((5, 2)), np.arange(3.0)),
+            V,
+            "id_scores must be 1-D",
+        ),
+        (
+            "a bootstrap level in percent",
+            lambda: metrics.auroc_difference(
+                np.arange(5.0), [np.arange(3.0)], np.arange(5.0), [np.arange(3.0)], level=95
+            ),
+            V,
+            "level must be in (0, 1)",
+        ),
+        (
             "column-vector labels for misclassification",
             lambda: metrics.misclassification(probs, labels[:, None]),
             V,

@@ -291,3 +291,31 @@ def test_pooled_auroc_difference_averages_runs_and_redraws_each():
         metrics.pooled_auroc_difference(
             [runs[0], (*runs[1][:3], [runs[1][3][0][:19], runs[1][3][1]])]
         )
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: metrics.calibration([0.9, 0.8, 0.7], [1, 0]), r"3 confidences but 2"),
+        (lambda: metrics.reliability([0.9, 0.8, 0.7], [1, 0]), r"3 confidences but 2"),
+        (lambda: metrics.calibration([1.5, 0.8], [1, 0]), r"confidences must lie in \[0, 1\]"),
+        (lambda: metrics.calibration([np.nan, 0.8], [1, 0]), "NaN/inf"),
+        (lambda: metrics.calibration([0.9, 0.8], [1, 2]), r"correct must be 0/1"),
+        (lambda: metrics.calibration([], []), "empty"),
+        (lambda: metrics.calibration([[0.9, 0.8]], [[1, 0]]), r"1-D"),
+        (lambda: metrics.calibration([0.9, 0.8], [1, 0], num_bins=0), "num_bins"),
+        (lambda: metrics.classification(HAND_PROBS, HAND_LABELS, num_bins=0), "num_bins"),
+        (lambda: metrics.diversity(np.log(np.stack([HAND_PROBS] * 2, 1))), "not probabilities"),
+        (lambda: metrics.ood(np.ones((3, 2)), np.arange(4.0)), r"id_scores must be 1-D"),
+        (lambda: _difference(resamples=0), "resamples"),
+        (lambda: _difference(level=95), r"level must be in \(0, 1\)"),
+    ],
+)
+def test_calibration_diversity_ood_and_bootstrap_refuse_bad_arguments(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def _difference(**kwargs):
+    scores = [np.arange(5.0), [np.arange(3.0)]]
+    return metrics.auroc_difference(*scores, *scores, **kwargs)

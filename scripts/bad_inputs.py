@@ -482,6 +482,24 @@ def cases(tmp: Path) -> list[Case]:
             "keep_per_layer",
         ),
         ("NaN scores", lambda: keep_mask(np.full((2, 4), np.nan), ratio=0.5), V, "NaN"),
+        (
+            "a fractional keep_per_layer",
+            lambda: keep_mask(np.ones((2, 4)), keep_per_layer=1.5),
+            V,
+            "keep_per_layer must be an integer",
+        ),
+        (
+            "scores passed to compact as a keep mask",
+            lambda: hj.heads.compact(bert, np.random.default_rng(0).random((2, 4))),
+            V,
+            "keep mask must be boolean",
+        ),
+        (
+            "one head set where members_from wants [M, L, N]",
+            lambda: hj.ensembles.members_from(bert, np.ones((2, 4), bool)),
+            V,
+            "head_sets must be [M, L, N]",
+        ),
         ("3-D scores", lambda: keep_mask(np.ones((2, 4, 1)), ratio=0.5), V, "[L, N]"),
         (
             "compact with wrong keep",

@@ -9,6 +9,7 @@ import optax
 import pytest
 
 import hydra_jax as hj
+from hydra_jax.ensembles import members_from
 from hydra_jax.evaluation import xla_flops
 from hydra_jax.heads import (
     attention_entropy,
@@ -232,6 +233,8 @@ def test_keep_mask_global_ratio_and_per_layer():
         (dict(keep_per_layer=0), r"keep_per_layer must be in \[1, 4\]"),
         (dict(), "exactly one of"),
         (dict(ratio=0.1, keep_per_layer=2), "exactly one of"),
+        (dict(keep_per_layer=1.5), r"keep_per_layer must be an integer, got 1.5"),
+        (dict(ratio=True), r"ratio must be a number"),
     ],
 )
 def test_keep_mask_bad_options(kwargs, message):
@@ -315,6 +318,16 @@ def test_compact_refuses_a_keep_mask_of_the_wrong_shape(bert):
     model, _ = bert
     with pytest.raises(ValueError, match=r"keep mask has shapes .* encoder has \[4, 4, 4\] heads"):
         compact(model, np.ones((L, N + 1), bool))
+
+
+def test_compact_refuses_scores_passed_as_a_keep_mask(bert):
+    """Scores in place of `keep_mask(scores, ...)` would keep every non-zero head."""
+    model, _ = bert
+    with pytest.raises(ValueError, match=r"keep mask must be boolean \(or 0/1\).*keep_mask"):
+        compact(model, np.random.default_rng(0).random((L, N)))
+    assert compact(model, np.ones((L, N), np.int32)).config == model.config  # 0/1 is a mask
+    with pytest.raises(ValueError, match=r"head_sets must be \[M, L, N\], got shape \(3, 4\)"):
+        members_from(model, np.ones((L, N), bool))
 
 
 def test_compacted_model_exports_through_zero_heads(bert, tmp_path):

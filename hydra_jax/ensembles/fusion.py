@@ -70,4 +70,7 @@ def with_shared_weights(members: Sequence[Model]) -> list[Model]:
 
 def members_from(model: Model, head_sets: np.ndarray) -> list[Model]:
     """Compacted copies of `model`, one per head set `[M, L, N]`."""
-    return [compact(model, keep) for keep in np.asarray(head_sets, bool)]
+    head_sets = np.asarray(head_sets)
+    if head_sets.ndim != 3:
+        raise ValueError(f"head_sets must be [M, L, N], got shape {head_sets.shape}")
+    return [compact(model, keep) for keep in head_sets]

@@ -22,7 +22,13 @@ Keep = np.ndarray | Sequence[np.ndarray]  # bool [L, N], or L bool [N_l] for une
 
 
 def _layer_keeps(keep: Keep, encoder: EncoderConfig) -> list[np.ndarray]:
-    rows = [np.asarray(k, bool) for k in keep]
+    raw = [np.asarray(k) for k in keep]
+    if any(r.dtype != bool and not np.isin(r, (0, 1)).all() for r in raw):
+        raise ValueError(
+            "keep mask must be boolean (or 0/1), one entry per head; got other values "
+            "(scores? `heads.keep_mask(scores, ratio=...)` turns scores into a mask)"
+        )
+    rows = [r.astype(bool) for r in raw]
     if [r.shape for r in rows] != [(n,) for n in encoder.num_heads]:
         raise ValueError(
             f"keep mask has shapes {[r.shape for r in rows]}, but the encoder has "

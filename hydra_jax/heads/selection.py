@@ -36,11 +36,15 @@ def keep_mask(
         raise ValueError("give exactly one of ratio= and keep_per_layer=")
     keep = np.ones((L, N), bool)
     if ratio is not None:
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.integer, np.floating)):
+            raise ValueError(f"pruning ratio must be a number in [0, 1), got {ratio!r}")
         if not 0.0 <= ratio < 1.0:
             raise ValueError(f"pruning ratio must be in [0, 1), got {ratio}")
         remove = np.argsort(scores.reshape(-1), kind="stable")[: round(ratio * L * N)]
         keep.reshape(-1)[remove] = False
         return keep
+    if isinstance(keep_per_layer, bool) or not isinstance(keep_per_layer, (int, np.integer)):
+        raise ValueError(f"keep_per_layer must be an integer, got {keep_per_layer!r}")
     if not 1 <= keep_per_layer <= N:
         raise ValueError(f"keep_per_layer must be in [1, {N}], got {keep_per_layer}")
     remove = np.argsort(scores, axis=1, kind="stable")[:, : N - keep_per_layer]

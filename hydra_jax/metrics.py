@@ -48,8 +48,9 @@ def _check_distributions(members: np.ndarray, atol: float = 1e-3) -> None:
         )
 
 
-def _check_labels(labels: np.ndarray, num_examples: int, num_classes: int) -> np.ndarray:
-    """`[B]` integer classes in `[0, C)`, or a ValueError naming the first offending examples."""
+def check_labels(labels: np.ndarray, num_examples: int, num_classes: int) -> np.ndarray:
+    """`labels` as `[B]` integer classes in `[0, C)`, or a ValueError naming the first offending
+    examples. Shared by the metrics and by head scoring."""
     labels = np.asarray(labels)
     if labels.shape != (num_examples,):
         raise ValueError(f"labels must be [B] = [{num_examples}], got shape {labels.shape}")
@@ -174,7 +175,7 @@ def classification(probs: np.ndarray, labels: np.ndarray, num_bins: int = 15) ->
     members = _member_probs(probs)
     _check_distributions(members)
     B, M, C = members.shape
-    labels = _check_labels(labels, B, C)
+    labels = check_labels(labels, B, C)
     p = members.mean(axis=1)  # [B, C]
     prediction = p.argmax(-1)
     confidence = p.max(-1)
@@ -325,7 +326,7 @@ def misclassification(
     members = _member_probs(probs)
     _check_distributions(members)
     B, _, C = members.shape
-    labels = _check_labels(labels, B, C)
+    labels = check_labels(labels, B, C)
     wrong = members.mean(1).argmax(-1) != labels
     if wrong.all() or not wrong.any():
         raise ValueError(

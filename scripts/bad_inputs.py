@@ -462,6 +462,24 @@ def cases(tmp: Path) -> list[Case]:
             "no calibration examples",
         ),
         (
+            "calibration labels outside the classes",
+            lambda: score(bert, [{**good, "labels": np.array([0, 7, 1])}], method="his"),
+            V,
+            "labels must be classes in",
+        ),
+        (
+            "HIS and entropy of different shapes",
+            lambda: hj.heads.hies(np.ones((2, 4)), np.ones((3, 4)), 0.5),
+            V,
+            "his and entropy must both be [L, N]",
+        ),
+        (
+            "a classifier of zero classes",
+            lambda: hj.with_classifier(bert, 0, jax.random.key(0)),
+            V,
+            "num_labels must be a positive integer",
+        ),
+        (
             "alpha 1.5",
             lambda: hj.heads.hies(np.ones((2, 4)), np.ones((2, 4)), 1.5),
             V,

@@ -212,6 +212,25 @@ def test_bad_scoring_input(bert):
         hies(np.ones((2, 2)), np.ones((2, 2)), 1.5)
     with pytest.raises(ValueError, match="no calibration examples"):
         his_and_entropy(model, [])
+    with pytest.raises(ValueError, match=r"his and entropy must both be \[L, N\]"):
+        hies(np.ones((2, 2)), np.ones((3, 2)), 0.5)
+    with pytest.raises(ValueError, match="NaN/inf"):
+        hies(np.full((2, 2), np.nan), np.ones((2, 2)), 0.5)
+
+
+@pytest.mark.parametrize(
+    ("labels", "message"),
+    [
+        ([0, 5, 0, 1, 2], r"labels must be classes in \[0, 3\); examples \[1\] have \[5\]"),
+        ([0, -1, 0, 1, 2], r"labels must be classes in \[0, 3\)"),  # JAX took them silently
+        ([0.0, 1.0, 0.0, 1.0, 2.0], "labels must be integer classes"),
+        ([0], r"labels must be \[B\] = \[5\]"),
+    ],
+)
+def test_scoring_refuses_bad_calibration_labels(bert, labels, message):
+    model, batch = bert
+    with pytest.raises(ValueError, match="calibration batch 0: " + message):
+        his_and_entropy(model, [{**batch, "labels": np.array(labels)}])
 
 
 def test_keep_mask_global_ratio_and_per_layer():

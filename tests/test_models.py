@@ -166,6 +166,13 @@ def test_unknown_input_is_refused(tiny):
         model(**batch, pixel_values=np.zeros((1, 3, 4, 4)))
 
 
+@pytest.mark.parametrize("num_labels", [0, -1, 2.5, True])
+def test_with_classifier_refuses_a_class_count_that_is_not_positive(tiny, num_labels):
+    model, _ = tiny
+    with pytest.raises(ValueError, match=r"num_labels must be a positive integer"):
+        hj.with_classifier(model, num_labels, jax.random.key(0))
+
+
 def param_count(config) -> int:
     shapes = jax.eval_shape(lambda: hj.Model.init(config, jax.random.key(0)).params)
     return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import xlogy
 
+from hydra_jax import metrics
 from hydra_jax.models import Model, check_inputs, encoder_of, input_names
 from hydra_jax.models.config import ArchConfig
 from hydra_jax.models.sharding import place_batch, place_params, to_host
@@ -113,9 +114,16 @@ def his_and_entropy(
     params = place_params(model.params)  # on the current mesh, if any
     grad_sum = entropy_sum = 0.0
     count = 0
-    for batch in batches:
+    num_labels = model.config.num_labels
+    for index, batch in enumerate(batches):
         if use_labels and "labels" not in batch:
             raise ValueError("use_labels=True needs `labels` in every calibration batch")
+        if use_labels:  # out-of-range classes would pass through JAX's gather unnoticed
+            size = len(next(v for k, v in batch.items() if k != "labels"))
+            try:
+                metrics.check_labels(batch["labels"], size, num_labels)
+            except ValueError as error:
+                raise ValueError(f"calibration batch {index}: {error}") from None
         if not use_labels:
             batch = {k: v for k, v in batch.items() if k != "labels"}
         check_inputs(model.config, batch)
@@ -139,6 +147,13 @@ def hies(his: np.ndarray, entropy: np.ndarray, alpha: float) -> np.ndarray:
     """`alpha * minmax(HIS) + (1 - alpha) * (1 - minmax(AE))`: high = important."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    his, entropy = np.asarray(his, np.float64), np.asarray(entropy, np.float64)
+    if his.ndim != 2 or his.shape != entropy.shape:
+        raise ValueError(
+            f"his and entropy must both be [L, N], got shapes {his.shape} and {entropy.shape}"
+        )
+    if not (np.isfinite(his).all() and np.isfinite(entropy).all()):
+        raise ValueError("his or entropy contains NaN/inf")
     return alpha * minmax(his) + (1 - alpha) * (1 - minmax(entropy))
 
 

@@ -25,7 +25,8 @@ from flax import struct
 from tqdm.auto import tqdm
 
 from hydra_jax.data import Dataset, loader
-from hydra_jax.models import Model
+from hydra_jax.metrics import check_labels
+from hydra_jax.models import HydraConfig, Model
 from hydra_jax.models.sharding import place_local_batch, place_params
 from hydra_jax.models.vit import normalise
 
@@ -124,6 +125,21 @@ def schedule_length(num_examples: int, settings: TrainSettings) -> tuple[int, in
             f"{num_examples} training examples do not fill one batch of {settings.batch_size}"
         )
     return steps_per_epoch, max(1, int(settings.epochs * steps_per_epoch))
+
+
+def _check_training_labels(model: Model, train: Dataset) -> None:
+    """Every training label a class of `model`'s classifier (a fused Hydra's members' classes)."""
+    config = model.config.member if isinstance(model.config, HydraConfig) else model.config
+    num_labels = getattr(config, "num_labels", 0)
+    if num_labels < 1:
+        raise ValueError(
+            f"{type(config).__name__} has no classifier to train; add one with "
+            "`with_classifier(model, num_classes, key)`"
+        )
+    try:
+        check_labels(train.labels, len(train), num_labels)
+    except ValueError as error:
+        raise ValueError(f"training set: {error}") from None
 
 
 def classification_loss(model: Model) -> Loss:
@@ -263,11 +279,15 @@ def fit(
       The model with fine-tuned parameters.
 
     Raises:
+      ValueError: with the default loss, training labels outside the classifier's classes, or
+        a model without a classifier (before anything is written).
       FloatingPointError: a non-finite loss (the step and the batch's examples are named; the
         last checkpoint is left as it was).
     """
     workdir = Path(workdir).absolute()
     steps_per_epoch, total_steps = schedule_length(len(train), settings)
+    if loss is None:  # optax reads class -1 (NO_LABEL) as the last class, and class C as NaN
+        _check_training_labels(model, train)
     workdir.mkdir(parents=True, exist_ok=True)
     optimizer = make_optimizer(settings, total_steps, trainable)
     state = TrainState.create(model.params, optimizer)

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 import hydra_jax as hj  # noqa: E402
 from hydra_jax import metrics  # noqa: E402
 from hydra_jax.convert.torch_pickle import load_torch_bin  # noqa: E402
-from hydra_jax.data import image_sources  # noqa: E402
+from hydra_jax.data import TokenizedSet, image_sources  # noqa: E402
 from hydra_jax.experiments import common  # noqa: E402
 from hydra_jax.heads import keep_mask, score  # noqa: E402
 from hydra_jax.models import (  # noqa: E402
@@ -49,7 +49,7 @@ from hydra_jax.models import (  # noqa: E402
     sharding,
     with_classifier,
 )
-from hydra_jax.training import TrainSettings  # noqa: E402
+from hydra_jax.training import TrainSettings, fit  # noqa: E402
 
 Case = tuple[str, Callable[[], object], type, str]
 IDX_HEADER = b"\0\0\x08\x01" + (9).to_bytes(4, "big")  # unsigned bytes, 1-D, 9 of them
@@ -638,6 +638,17 @@ def cases(tmp: Path) -> list[Case]:
         ),
         # --- training settings and configs
         ("batch size 0", lambda: TrainSettings(batch_size=0), V, "train.batch_size"),
+        (
+            "OOD examples (label -1) in a training set",
+            lambda: fit(
+                bert,
+                TokenizedSet(list(ids), np.array([0, -1, 1])),
+                TrainSettings(batch_size=2),
+                tmp / "never_written",
+            ),
+            V,
+            "training set: labels must be classes in",
+        ),
         ("negative epochs", lambda: TrainSettings(epochs=-1.0), V, "train.epochs"),
         (
             "checkpoint every 0",

@@ -136,6 +136,24 @@ def test_bad_settings_are_refused_by_name(field, value, message):
         TrainSettings(**{field: value})
 
 
+@pytest.mark.parametrize(
+    ("label", "message"),
+    [(2, r"labels must be classes in \[0, 2\); examples \[7\] have \[2\]"),
+     (-1, r"labels must be classes in \[0, 2\); examples \[7\] have \[-1\]")],
+)  # fmt: skip
+def test_labels_outside_the_classifier_are_refused_before_anything_is_written(
+    task, tmp_path, label, message
+):
+    """optax reads class -1 as the last class and class C as NaN: refused up front instead."""
+    model, data, step = task
+    labels = data.labels.copy()
+    labels[7] = label  # -1 is also NO_LABEL, the label of OOD examples
+    bad = TokenizedSet(data.tokens, labels)
+    with pytest.raises(ValueError, match=r"training set: " + message):
+        fit(model, bad, SETTINGS, tmp_path / "run", step_fn=step)
+    assert not (tmp_path / "run").exists()
+
+
 def test_too_few_examples_for_a_batch(task, tmp_path):
     model, data, _ = task
     small = TokenizedSet(data.tokens[:5], data.labels[:5])

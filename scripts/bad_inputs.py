@@ -526,6 +526,24 @@ def cases(tmp: Path) -> list[Case]:
             "keep mask has shapes",
         ),
         # --- ensembles
+        (
+            "a Hydra of zero stratified members",
+            lambda: hj.ensembles.stratified_head_sets(np.ones((2, 4)), 0),
+            V,
+            "num_members must be a positive integer",
+        ),
+        (
+            "MC dropout with no samples",
+            lambda: hj.ensembles.baselines.mc_dropout(bert, 0),
+            V,
+            "samples must be a positive integer",
+        ),
+        (
+            "a negative subset size",
+            lambda: hj.data.subset(TokenizedSet(list(ids), labels), -1),
+            V,
+            "subset size must be a non-negative integer",
+        ),
         ("one member", lambda: hj.hydra.fuse([bert]), V, "at least two members"),
         (
             "unequal members",

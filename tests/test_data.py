@@ -106,6 +106,16 @@ def test_eval_batches_cover_every_example_once():
 # ----------------------------------------------------------------- the protocol on images
 
 
+def test_subset_draws_without_replacement_and_refuses_a_negative_size():
+    tokens = [np.array([1, t, 2], np.int32) for t in range(5)]
+    full = data.TokenizedSet(tokens, np.arange(5))
+    drawn = data.subset(full, 3, seed=1)
+    assert len(drawn) == 3 and len(set(drawn.labels.tolist())) == 3
+    assert sorted(data.subset(full, 9).labels.tolist()) == list(range(5))
+    with pytest.raises(ValueError, match="subset size must be a non-negative integer, got -1"):
+        data.subset(full, -1)  # [:-1] would silently drop one example
+
+
 def test_text_and_image_sets_implement_the_dataset_protocol():
     from hydra_jax.data import Dataset, ImageSet, TokenizedSet
 

@@ -140,6 +140,23 @@ def test_fuse_refuses_unequal_members(base, head_sets):
         hydra.fuse(hydra.members_from(model, head_sets[:1]))
 
 
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda m: hydra.stratified_head_sets(np.ones((2, 4)), 0), "num_members"),
+        (lambda m: hydra.stratified_head_sets(np.ones(8), 2), r"\[L, N\]"),
+        (lambda m: hydra.stratified_head_sets(np.full((2, 4), np.nan), 2), "NaN"),
+        (lambda m: hydra.baselines.mc_dropout(m, 0), "samples must be a positive integer"),
+        (lambda m: hydra.baselines.stack([]), "no members to stack"),
+        (lambda m: hydra.circuit_head_sets(m, [], [], 2), "no circuit objectives"),
+    ],
+)
+def test_member_strategies_and_baselines_refuse_bad_arguments(base, call, match):
+    model, _ = base
+    with pytest.raises(ValueError, match=match):
+        call(model)
+
+
 @pytest.mark.parametrize("family", ["vit", "tower", "dual_tower"])
 def test_fused_vision_members_equal_members_run_alone(vision_models, family):
     """One fused encoder for every family: pre-LN, the family's own embedding and head."""

@@ -52,6 +52,8 @@ class Dataset(Protocol):
 
 def subset(data: Dataset, n: int, seed: int = 0) -> Dataset:
     """`n` examples drawn without replacement with `seed` (all of them, shuffled, if n >= N)."""
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
+        raise ValueError(f"subset size must be a non-negative integer, got {n!r}")
     return data.take(np.random.default_rng(seed).permutation(len(data))[:n])
 
 

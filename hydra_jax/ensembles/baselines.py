@@ -22,6 +22,8 @@ Forward = Callable[[Any, dict[str, jax.Array]], jax.Array]  # (weights, batch) -
 
 def stack(models: Sequence[Model]) -> Any:
     """Member weights stacked on a leading M axis (every leaf `[M, ...]`)."""
+    if not models:
+        raise ValueError("no members to stack: a Deep Ensemble needs at least one model")
     configs = {m.config for m in models}
     if len(configs) != 1:
         raise ValueError("ensemble members must share one architecture config")
@@ -47,6 +49,8 @@ def deep_ensemble(model: Model) -> Forward:
 
 def mc_dropout(model: Model, samples: int, seed: int = 0) -> Forward:
     """S dropout samples; sample s uses the same key for every batch (reproducible)."""
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"samples must be a positive integer, got {samples!r}")
     keys = jax.random.split(jax.random.key(seed), samples)
 
     def forward(params: Any, batch: dict[str, jax.Array]) -> jax.Array:

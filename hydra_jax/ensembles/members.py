@@ -19,7 +19,14 @@ from collections.abc import Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from hydra_jax.heads import CircuitSearch, UncertaintyBatches, hies, his_and_entropy, keep_mask
+from hydra_jax.heads import (
+    CircuitSearch,
+    UncertaintyBatches,
+    check_scores,
+    hies,
+    his_and_entropy,
+    keep_mask,
+)
 from hydra_jax.models import Model
 
 Batch = dict[str, np.ndarray]
@@ -27,7 +34,11 @@ Batch = dict[str, np.ndarray]
 
 def stratified_head_sets(scores: np.ndarray, num_members: int) -> np.ndarray:
     """Round-robin deal of each layer's heads in score order: rank r goes to member r mod M."""
-    scores = np.asarray(scores)
+    scores = check_scores(scores)
+    if isinstance(num_members, bool) or not isinstance(num_members, int | np.integer):
+        raise ValueError(f"num_members must be a positive integer, got {num_members!r}")
+    if num_members < 1:
+        raise ValueError(f"num_members must be a positive integer, got {num_members}")
     L, N = scores.shape
     if N % num_members:
         raise ValueError(f"{N} heads per layer do not split evenly into {num_members} members")
@@ -70,6 +81,8 @@ def circuit_head_sets(
 
     One `CircuitSearch` serves every member, so its programs compile once.
     """
+    if not objectives:
+        raise ValueError("no circuit objectives: give at least one of 'nll', 'auroc', 'avg'")
     search = CircuitSearch(model)
     return np.stack(
         [

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 
-def _check_scores(scores: np.ndarray) -> np.ndarray:
+def check_scores(scores: np.ndarray) -> np.ndarray:
+    """Float64 finite `[L, N]` head scores, or a ValueError naming what is wrong."""
     scores = np.asarray(scores, np.float64)
     if scores.ndim != 2:
         raise ValueError(f"scores must be [L, N], got shape {scores.shape}")
@@ -30,7 +31,7 @@ def keep_mask(
     Raises:
       ValueError: wrong shape, NaN scores, both or neither option, or an option out of range.
     """
-    scores = _check_scores(scores)
+    scores = check_scores(scores)
     L, N = scores.shape
     if (ratio is None) == (keep_per_layer is None):
         raise ValueError("give exactly one of ratio= and keep_per_layer=")

@@ -539,6 +539,18 @@ def cases(tmp: Path) -> list[Case]:
             "samples must be a positive integer",
         ),
         (
+            "more calibration examples than the set has",
+            lambda: hj.data.labelled_batches(TokenizedSet(list(ids), labels), 8, 0, 2),
+            V,
+            "8 calibration examples asked of a set of 3",
+        ),
+        (
+            "evaluation batch size 0",
+            lambda: hj.data.eval_batches(np.ones(3), 0),
+            V,
+            "batch_size must be a positive integer",
+        ),
+        (
             "a negative subset size",
             lambda: hj.data.subset(TokenizedSet(list(ids), labels), -1),
             V,

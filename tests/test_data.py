@@ -103,6 +103,19 @@ def test_eval_batches_cover_every_example_once():
     assert sorted(np.concatenate(batches).tolist()) == list(range(101))
 
 
+def test_batching_refuses_sizes_that_cannot_be_met():
+    tokens = [np.array([1, t, 2], np.int32) for t in range(5)]
+    full = data.TokenizedSet(tokens, np.arange(5))
+    assert [len(b["labels"]) for b in data.labelled_batches(full, 5, 0, 3)] == [3, 2]
+    with pytest.raises(ValueError, match="8 calibration examples asked of a set of 5"):
+        data.labelled_batches(full, 8, 0, 3)  # was "empty batch: no sequences to pad"
+    for size, batch_size in ((0, 3), (4, 0)):
+        with pytest.raises(ValueError, match="must be a positive integer"):
+            data.labelled_batches(full, size, 0, batch_size)
+    with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
+        eval_batches(np.ones(5), 0)  # was range()'s "arg 3 must not be zero"
+
+
 # ----------------------------------------------------------------- the protocol on images
 
 
@@ -136,7 +149,7 @@ def test_an_image_set_feeds_training_prediction_scoring_and_circuit_search(tmp_p
 
     import hydra_jax as hj
     from hydra_jax.data import ImageSet, labelled_batches, uncertainty_batches
-    from hydra_jax.evaluation import Method, logits_forward, predict
+    from hydra_jax.evaluation import Method, cost, logits_forward, predict
     from hydra_jax.heads import CircuitSearch, score
     from hydra_jax.models import EncoderConfig, ViTConfig
     from hydra_jax.training import TrainSettings, fit
@@ -151,6 +164,11 @@ def test_an_image_set_feeds_training_prediction_scoring_and_circuit_search(tmp_p
     trained = fit(model, train, settings, tmp_path)
     logits = predict(Method("vit", logits_forward(trained), trained.params), train, 16, False)
     assert logits.shape == (40, 1, 2) and (logits[:, 0].argmax(-1) == labels).mean() > 0.8
+    method = Method("vit", logits_forward(trained), trained.params)
+    with pytest.raises(ValueError, match="vit: no examples to predict"):
+        predict(method, train.take(np.arange(0)), 16, False)  # returned None
+    with pytest.raises(ValueError, match="repeats must be a positive integer, got 0"):
+        cost(method, train.batch(np.arange(4)), repeats=0)  # a NaN latency
     assert score(trained, labelled_batches(train, 16, 0, 8), method="hies").shape == (2, 3)
     ood = ImageSet(rng.normal(size=(10, 1, 8, 8)).astype(np.float32) * 3, np.zeros(10, int))
     data = uncertainty_batches(train.take(np.arange(12)), ood, batch_size=8)

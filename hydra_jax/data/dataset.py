@@ -50,6 +50,11 @@ class Dataset(Protocol):
         ...
 
 
+def _check_positive(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
 def subset(data: Dataset, n: int, seed: int = 0) -> Dataset:
     """`n` examples drawn without replacement with `seed` (all of them, shuffled, if n >= N)."""
     if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
@@ -80,12 +85,17 @@ def epoch_batches(
 
 def eval_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """All examples, sorted by size and cut into batches (the last may be short)."""
+    _check_positive("batch_size", batch_size)
     order = np.argsort(lengths, kind="stable")
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 def labelled_batches(data: Dataset, size: int, seed: int, batch_size: int) -> list[Batch]:
     """`size` examples drawn with `seed`, as labelled batches (head-scoring calibration)."""
+    _check_positive("size", size)
+    _check_positive("batch_size", batch_size)
+    if size > len(data):
+        raise ValueError(f"{size} calibration examples asked of a set of {len(data)}")
     index = np.random.default_rng(seed).permutation(len(data))[:size]
     return [data.batch(index[i : i + batch_size]) for i in range(0, size, batch_size)]
 

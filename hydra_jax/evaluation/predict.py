@@ -53,6 +53,8 @@ def predict(method: Method, data: Dataset, batch_size: int, progress: bool = Tru
     whole dataset; `jax.jit` caches it on `method.forward`, so calls with other weights (other
     head masks, other members) of the same shapes compile nothing new.
     """
+    if len(data) == 0:
+        raise ValueError(f"{method.name}: no examples to predict")
     forward = jax.jit(method.forward)
     weights = place_params(method.weights, method.stacked)  # on the current mesh, if any
     out = None
@@ -105,6 +107,8 @@ def xla_flops(compiled: Any) -> float:
 
 def cost(method: Method, batch: dict[str, np.ndarray], repeats: int = 10) -> dict[str, float]:
     """Parameters, XLA FLOPs per example, median latency and throughput on one fixed batch."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
     compiled = jax.jit(method.forward).lower(method.weights, batch).compile()
     B = next(iter(batch.values())).shape[0]
     jax.block_until_ready(compiled(method.weights, batch))

@@ -669,6 +669,14 @@ def cases(tmp: Path) -> list[Case]:
         # --- training settings and configs
         ("batch size 0", lambda: TrainSettings(batch_size=0), V, "train.batch_size"),
         (
+            "evaluation batch size 0 in a config",
+            lambda: common.claim_workdir(
+                ml_collections.ConfigDict({"eval": {"batch_size": 0}}), tmp / "never_claimed"
+            ),
+            V,
+            "eval.batch_size must be a positive integer",
+        ),
+        (
             "OOD examples (label -1) in a training set",
             lambda: fit(
                 bert,

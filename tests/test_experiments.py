@@ -234,6 +234,19 @@ def test_evaluate_on_an_unfinished_workdir_says_so(synthetic_data_dir, tiny_chec
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
 
 
+@pytest.mark.parametrize(
+    ("key", "value"), [("batch_size", 0), ("num_bins", -3), ("latency_repeats", 0)]
+)
+def test_evaluation_settings_are_checked_before_the_workdir_is_claimed(
+    synthetic_data_dir, tiny_checkpoint, tmp_path, key, value
+):
+    config = smoke_config(synthetic_data_dir, tiny_checkpoint)
+    config.eval[key] = value
+    with pytest.raises(ValueError, match=rf"eval\.{key} must be a positive integer, got {value}"):
+        common.claim_workdir(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_second_config_is_refused_and_config_json_kept(smoke_run):
     config, workdir, _ = smoke_run
     before = (workdir / "config.json").read_text()

@@ -69,13 +69,29 @@ def config_differences(config: ml_collections.ConfigDict, recorded: dict) -> lis
     ]
 
 
+# `config.eval` sizes every study shares (`latency_tokens` for text only).
+EVAL_COUNTS = ("batch_size", "num_bins", "latency_batch", "latency_tokens", "latency_repeats")
+
+
+def check_eval_settings(config: ml_collections.ConfigDict) -> None:
+    """Refuses an `eval.*` size that is not a positive integer, by its key."""
+    for key in EVAL_COUNTS:
+        value = config.get("eval", {}).get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"eval.{key} must be a positive integer, got {value!r}")
+
+
 def claim_workdir(config: ml_collections.ConfigDict, workdir: Path) -> None:
     """Makes `workdir` this config's: writes `config.json` in a new one; in an existing one,
     refuses a config that differs in anything but cosmetic keys (and never rewrites it).
 
     Raises:
+      ValueError: an `eval.*` size that is not a positive integer (before anything is written).
       WorkdirError: naming every differing key.
     """
+    check_eval_settings(config)
     config_file = Path(workdir) / "config.json"
     new = not config_file.is_file()
     barrier("looked for config.json")  # several processes: all look before process 0 writes

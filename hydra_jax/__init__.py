@@ -3,7 +3,7 @@
 The package has one dependency direction; a module imports only its own layer or those below:
 
   0. `models` (functional BERT / ViT / CLIP / dual encoders, zero-shot heads, the fused
-     Hydra), `metrics` (numpy)
+     Hydra), `metrics` (numpy), `checks` (argument checks every layer shares)
   1. `convert` (checkpoints), `heads` (scores, selection, surgery, circuit search),
      `ensembles` (fusion, member strategies, baselines): no datasets, no optimisers
   2. `data` (the dataset protocol, text, TFDS builders), `training`, `evaluation`

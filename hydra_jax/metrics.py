@@ -12,6 +12,8 @@ from typing import Literal
 
 import numpy as np
 
+from hydra_jax import checks
+
 _TINY = np.finfo(np.float64).tiny  # log(tiny) = -708: NLL and KL stay finite at p = 0
 
 
@@ -69,8 +71,7 @@ def _check_confidence(
     confidence: np.ndarray, correct: np.ndarray, num_bins: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Float64 `[N]` confidences in [0, 1] and 0/1 correctness, and a positive bin count."""
-    if not isinstance(num_bins, (int, np.integer)) or num_bins < 1:
-        raise ValueError(f"num_bins must be a positive integer, got {num_bins!r}")
+    checks.count("num_bins", num_bins)
     confidence = np.asarray(confidence, np.float64)
     correct = np.asarray(correct, np.float64)
     if confidence.ndim != 1 or correct.ndim != 1:
@@ -379,8 +380,7 @@ def pooled_auroc_difference(
     """
     if not runs:
         raise ValueError("no runs to pool")
-    if not isinstance(resamples, (int, np.integer)) or resamples < 1:
-        raise ValueError(f"resamples must be a positive integer, got {resamples!r}")
+    checks.count("resamples", resamples)
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level!r} (0.95 for 95%)")
     checked = [_paired(*run, prefix=f"run {r}: " if len(runs) > 1 else "")

@@ -13,6 +13,7 @@ from typing import Protocol, Self, runtime_checkable
 
 import numpy as np
 
+from hydra_jax import checks
 from hydra_jax.heads import UncertaintyBatches
 
 Batch = dict[str, np.ndarray]
@@ -50,15 +51,9 @@ class Dataset(Protocol):
         ...
 
 
-def _check_positive(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 def subset(data: Dataset, n: int, seed: int = 0) -> Dataset:
     """`n` examples drawn without replacement with `seed` (all of them, shuffled, if n >= N)."""
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
-        raise ValueError(f"subset size must be a non-negative integer, got {n!r}")
+    checks.count("subset size", n, minimum=0)
     return data.take(np.random.default_rng(seed).permutation(len(data))[:n])
 
 
@@ -85,15 +80,15 @@ def epoch_batches(
 
 def eval_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """All examples, sorted by size and cut into batches (the last may be short)."""
-    _check_positive("batch_size", batch_size)
+    checks.count("batch_size", batch_size)
     order = np.argsort(lengths, kind="stable")
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 def labelled_batches(data: Dataset, size: int, seed: int, batch_size: int) -> list[Batch]:
     """`size` examples drawn with `seed`, as labelled batches (head-scoring calibration)."""
-    _check_positive("size", size)
-    _check_positive("batch_size", batch_size)
+    checks.count("size", size)
+    checks.count("batch_size", batch_size)
     if size > len(data):
         raise ValueError(f"{size} calibration examples asked of a set of {len(data)}")
     index = np.random.default_rng(seed).permutation(len(data))[:size]

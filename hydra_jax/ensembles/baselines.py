@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from hydra_jax import checks
 from hydra_jax.models import Model
 
 Forward = Callable[[Any, dict[str, jax.Array]], jax.Array]  # (weights, batch) -> [B, M, C]
@@ -49,8 +50,7 @@ def deep_ensemble(model: Model) -> Forward:
 
 def mc_dropout(model: Model, samples: int, seed: int = 0) -> Forward:
     """S dropout samples; sample s uses the same key for every batch (reproducible)."""
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise ValueError(f"samples must be a positive integer, got {samples!r}")
+    checks.count("samples", samples)
     keys = jax.random.split(jax.random.key(seed), samples)
 
     def forward(params: Any, batch: dict[str, jax.Array]) -> jax.Array:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from hydra_jax import checks
 from hydra_jax.heads import (
     CircuitSearch,
     UncertaintyBatches,
@@ -35,10 +36,7 @@ Batch = dict[str, np.ndarray]
 def stratified_head_sets(scores: np.ndarray, num_members: int) -> np.ndarray:
     """Round-robin deal of each layer's heads in score order: rank r goes to member r mod M."""
     scores = check_scores(scores)
-    if isinstance(num_members, bool) or not isinstance(num_members, int | np.integer):
-        raise ValueError(f"num_members must be a positive integer, got {num_members!r}")
-    if num_members < 1:
-        raise ValueError(f"num_members must be a positive integer, got {num_members}")
+    checks.count("num_members", num_members)
     L, N = scores.shape
     if N % num_members:
         raise ValueError(f"{N} heads per layer do not split evenly into {num_members} members")

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from hydra_jax import metrics
+from hydra_jax import checks, metrics
 from hydra_jax.data import Dataset, eval_batches
 from hydra_jax.ensembles.baselines import Forward
 from hydra_jax.models.sharding import place_batch, place_params, to_host
@@ -107,8 +107,7 @@ def xla_flops(compiled: Any) -> float:
 
 def cost(method: Method, batch: dict[str, np.ndarray], repeats: int = 10) -> dict[str, float]:
     """Parameters, XLA FLOPs per example, median latency and throughput on one fixed batch."""
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+    checks.count("repeats", repeats)
     compiled = jax.jit(method.forward).lower(method.weights, batch).compile()
     B = next(iter(batch.values())).shape[0]
     jax.block_until_ready(compiled(method.weights, batch))

@@ -19,7 +19,7 @@ import ml_collections
 import numpy as np
 from flax import traverse_util
 
-from hydra_jax import data, metrics
+from hydra_jax import checks, data, metrics
 from hydra_jax.convert import from_pretrained, minilm_l6_path, save_pretrained
 from hydra_jax.data import Dataset, TextEncoder, TokenizedSet, random_tokens
 from hydra_jax.evaluation import (
@@ -77,10 +77,8 @@ def check_eval_settings(config: ml_collections.ConfigDict) -> None:
     """Refuses an `eval.*` size that is not a positive integer, by its key."""
     for key in EVAL_COUNTS:
         value = config.get("eval", {}).get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"eval.{key} must be a positive integer, got {value!r}")
+        if value is not None:
+            checks.count(f"eval.{key}", value)
 
 
 def claim_workdir(config: ml_collections.ConfigDict, workdir: Path) -> None:

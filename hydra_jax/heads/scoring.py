@@ -116,9 +116,9 @@ def his_and_entropy(
     count = 0
     num_labels = model.config.num_labels
     for index, batch in enumerate(batches):
-        if use_labels and "labels" not in batch:
-            raise ValueError("use_labels=True needs `labels` in every calibration batch")
         if use_labels:  # out-of-range classes would pass through JAX's gather unnoticed
+            if "labels" not in batch:
+                raise ValueError("use_labels=True needs `labels` in every calibration batch")
             size = len(next(v for k, v in batch.items() if k != "labels"))
             try:
                 metrics.check_labels(batch["labels"], size, num_labels)

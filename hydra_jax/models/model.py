@@ -9,8 +9,8 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from hydra_jax import checks
 from hydra_jax.models import fused
 from hydra_jax.models.bert import Bert
 from hydra_jax.models.clip import CLIP, LOGIT_SCALE_INIT, CLIPVision
@@ -199,9 +199,7 @@ def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
     encoder's ViT with `projection_dim`): a zero-shot head of random class embeddings `[C, E]`
     (normal(0.02)) and CLIP's initial logit scale; `zero_shot` puts prompt embeddings there.
     """
-    integer = isinstance(num_labels, int | np.integer) and not isinstance(num_labels, bool)
-    if not integer or num_labels < 1:
-        raise ValueError(f"num_labels must be a positive integer, got {num_labels!r}")
+    checks.count("num_labels", num_labels)
     config = model.config
     if isinstance(config, BertConfig) and not config.pooler:
         raise ValueError("a BERT sequence classifier reads the pooler, which this model lacks")

@@ -5,8 +5,10 @@ Traces a few calls with `jax.profiler`, reads the trace (`jax.profiler.ProfileDa
 each executed XLA fusion's time by what its fused computation contains: matrix products alone,
 matrix products fused with the softmax (XLA:CPU fuses the attention scores with it), other
 softmax parts, layouts (transposes, copies), other element-wise work (GELU, LayerNorm, biases).
-Run it on both kinds of CPU to see whether a gap to PyTorch comes from the matmul kernels
-(XLA's) or from the rest (ours).
+For MiniLM it then profiles the `transformers` PyTorch forward of the same checkpoint on the
+same tokens (`torch.profiler`, each aten op's own time summed by kind), so the two libraries'
+time in matrix products and in the rest can be compared side by side. Run it on both kinds of
+CPU to see whether a gap to PyTorch comes from the matmul kernels (XLA's) or from the rest (ours).
 
     .venv/bin/python -m bench.profile [--calls 5] [--model vit]
 """
@@ -61,6 +63,50 @@ def category(ops: collections.Counter) -> str:
     return "other element-wise and reductions"
 
 
+def torch_category(op: str) -> str:
+    if op in ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm"):
+        return "matmul (addmm: dense layers with their bias)"
+    if "scaled_dot_product" in op:
+        return "attention (fused SDPA: both products and the softmax)"
+    if op == "aten::gelu":
+        return "GELU"
+    if op in ("aten::copy_", "aten::contiguous", "aten::clone"):
+        return "layout (copy)"
+    if "layer_norm" in op:
+        return "LayerNorm"
+    return "other (element-wise, embeddings, dispatch)"
+
+
+def torch_profile(ids: np.ndarray, mask: np.ndarray, calls: int) -> tuple[collections.Counter, int]:
+    """Milliseconds per call of the `transformers` MiniLM-L6 forward by kind of aten op, and
+    PyTorch's thread count."""
+    import torch  # test-only dependency, as in bench/forward.py
+    import transformers
+
+    ref = transformers.BertModel.from_pretrained(hj.minilm_l6_path()).eval()
+    batch = {
+        "input_ids": torch.tensor(ids),
+        "attention_mask": torch.tensor(mask),
+    }
+    with torch.inference_mode():
+        for _ in range(3):
+            ref(**batch)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+            for _ in range(calls):
+                ref(**batch)
+    ms: collections.Counter = collections.Counter()
+    for event in profile.key_averages():
+        ms[torch_category(event.key)] += event.self_cpu_time_total / 1e3 / calls
+    return ms, torch.get_num_threads()
+
+
+def report(title: str, ms: collections.Counter) -> None:
+    total = sum(ms.values())
+    print(f"{title}: {total:.1f} ms per call, by what it computes:")
+    for name, t in ms.most_common():
+        print(f"  {name:<54}{t:>9.1f} ms {100 * t / total:>6.1f}%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=5)
@@ -94,11 +140,11 @@ def main() -> None:
                     seconds[category(ops[name])] += event.duration_ns / 1e9 / args.calls
                 elif re.fullmatch(r"[a-z_]+\.\d+", name) and not name.startswith("end"):
                     seconds["unfused ops"] += event.duration_ns / 1e9 / args.calls
-    total = sum(seconds.values())
-    print(f"{what}, CPU fp32: {total * 1e3:.1f} ms of XLA ops "
-          f"per call (summed over threads), by what each fusion computes:")  # fmt: skip
-    for name, s in seconds.most_common():
-        print(f"  {name:<38}{s * 1e3:>9.1f} ms {100 * s / total:>6.1f}%")
+    report(f"{what}, CPU fp32, XLA ops (summed over threads)",
+           collections.Counter({k: 1e3 * v for k, v in seconds.items()}))  # fmt: skip
+    if args.model == "minilm":
+        ms, threads = torch_profile(batch["input_ids"], batch["attention_mask"], args.calls)
+        report(f"{what}, CPU fp32, transformers (torch, {threads} threads) aten ops", ms)
 
 
 if __name__ == "__main__":

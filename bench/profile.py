@@ -77,17 +77,14 @@ def torch_category(op: str) -> str:
     return "other (element-wise, embeddings, dispatch)"
 
 
-def torch_profile(ids: np.ndarray, mask: np.ndarray, calls: int) -> tuple[collections.Counter, int]:
-    """Milliseconds per call of the `transformers` MiniLM-L6 forward by kind of aten op, and
-    PyTorch's thread count."""
-    import torch  # test-only dependency, as in bench/forward.py
+def torch_profile(batch: dict[str, np.ndarray], calls: int) -> tuple[collections.Counter, int]:
+    """Milliseconds per call of the `transformers` MiniLM-L6 forward of `batch` (our token
+    arrays) by kind of aten op, and PyTorch's thread count."""
+    import torch  # a test-only dependency, needed by the MiniLM comparison alone
     import transformers
 
     ref = transformers.BertModel.from_pretrained(hj.minilm_l6_path()).eval()
-    batch = {
-        "input_ids": torch.tensor(ids),
-        "attention_mask": torch.tensor(mask),
-    }
+    batch = {k: torch.tensor(v, dtype=torch.long) for k, v in batch.items()}
     with torch.inference_mode():
         for _ in range(3):
             ref(**batch)
@@ -112,6 +109,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--model", choices=("minilm", "vit"), default="minilm")
     args = parser.parse_args()
+    if args.calls < 1:
+        parser.error(f"--calls must be at least 1, got {args.calls}")
     rng = np.random.default_rng(0)
     if args.model == "minilm":
         model = with_classifier(hj.from_pretrained(hj.minilm_l6_path()), 2, jax.random.key(0))
@@ -131,20 +130,19 @@ def main() -> None:
                 jax.block_until_ready(forward(model.params, batch))
         trace = next(Path(directory).rglob("*.xplane.pb"))
         data = jax.profiler.ProfileData.from_file(str(trace))
-    seconds: collections.Counter = collections.Counter()
+    ms: collections.Counter = collections.Counter()  # per call
     for plane in data.planes:
         for line in plane.lines:
             for event in line.events:
                 name = event.name
                 if name in ops:  # an executed fusion (any thread)
-                    seconds[category(ops[name])] += event.duration_ns / 1e9 / args.calls
+                    ms[category(ops[name])] += event.duration_ns / 1e6 / args.calls
                 elif re.fullmatch(r"[a-z_]+\.\d+", name) and not name.startswith("end"):
-                    seconds["unfused ops"] += event.duration_ns / 1e9 / args.calls
-    report(f"{what}, CPU fp32, XLA ops (summed over threads)",
-           collections.Counter({k: 1e3 * v for k, v in seconds.items()}))  # fmt: skip
+                    ms["unfused ops"] += event.duration_ns / 1e6 / args.calls
+    report(f"{what}, CPU fp32, XLA ops (summed over threads)", ms)
     if args.model == "minilm":
-        ms, threads = torch_profile(batch["input_ids"], batch["attention_mask"], args.calls)
-        report(f"{what}, CPU fp32, transformers (torch, {threads} threads) aten ops", ms)
+        torch_ms, threads = torch_profile(batch, args.calls)
+        report(f"{what}, CPU fp32, transformers (torch, {threads} threads) aten ops", torch_ms)
 
 
 if __name__ == "__main__":

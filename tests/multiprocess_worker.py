@@ -37,6 +37,11 @@ def main(process_id: int, port: int, out: Path) -> None:
     from hydra_jax.models.sharding import make_mesh, place_params, process_rows, to_host
 
     assert jax.process_count() == 2 and len(jax.devices()) == 8, jax.devices()
+    try:  # a mesh that leaves process 1's devices out is refused, not half-run
+        make_mesh(data=4)
+        raise AssertionError("make_mesh(data=4) on 2 processes x 4 devices was accepted")
+    except ValueError as error:
+        assert "must span all of them" in str(error), error
     setup = scenario()
     with jax.set_mesh(make_mesh(data=4, member=2)):
         assert process_rows(8) == slice(4 * process_id, 4 * process_id + 4)  # its half only

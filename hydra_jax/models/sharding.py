@@ -54,8 +54,12 @@ def make_mesh(
 ) -> Mesh:
     """A `data x member x heads` mesh (JAX's Auto sharding) over the first devices.
 
+    With several processes the mesh must span every device of every process (the default
+    devices): a smaller one would leave some processes out of the computation.
+
     Raises:
-      ValueError: a size below 1, or more devices asked for than there are.
+      ValueError: a size below 1, more devices asked for than there are, or, with several
+        processes, fewer.
     """
     sizes = {"data": data, "member": member, "heads": heads}
     bad = {k: v for k, v in sizes.items() if not isinstance(v, int) or v < 1}
@@ -67,6 +71,12 @@ def make_mesh(
         raise ValueError(
             f"mesh data={data} x member={member} x heads={heads} needs {needed} devices; "
             f"{len(devices)} available ({devices[0].platform})"
+        )
+    if jax.process_count() > 1 and needed != len(devices):
+        raise ValueError(
+            f"mesh data={data} x member={member} x heads={heads} spans {needed} devices, but "
+            f"{jax.process_count()} processes hold {len(devices)}: with several processes the "
+            f"mesh must span all of them (set config.mesh so its sizes multiply to {len(devices)})"
         )
     grid = np.array(devices[:needed]).reshape(data, member, heads)
     return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * len(AXES))

@@ -132,7 +132,7 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, list]:
     common.claim_workdir(config, workdir)
     stages = {"load baselines": time.perf_counter() - start}
     record: dict[str, Any] = {}
-    steps: dict[Any, Any] = {}
+    steps: dict[Any, Any] = {}  # compiled train steps by architecture: members', fused ones'
     for strategy in config.strategies:
         start = time.perf_counter()
         sets = head_sets(config, base, strategy, single, study.train)
@@ -147,7 +147,11 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, list]:
         if config.fused_train.epochs > 0:  # optional: fine-tune the fused network as a whole
             start = time.perf_counter()
             fused_settings = TrainSettings(**{**settings.__dict__, **config.fused_train.to_dict()})
-            fused = fit(fused, study.train, fused_settings, workdir / "fused_training" / strategy)
+            if fused.config not in steps:  # strategies of one member shape share a step
+                total = schedule_length(len(study.train), fused_settings)[1]
+                steps[fused.config] = make_train_step(fused, make_optimizer(fused_settings, total))
+            directory = workdir / "fused_training" / strategy
+            fused = fit(fused, study.train, fused_settings, directory, step_fn=steps[fused.config])
             stages[f"{strategy}: fine-tune fused"] = time.perf_counter() - start
         save_model(fused, workdir / "fused" / strategy)
         if strategy in PRUNED:  # the pruned_* baselines: member 0 alone

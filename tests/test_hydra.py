@@ -10,7 +10,7 @@ import pytest
 import hydra_jax as hj
 from hydra_jax import hydra
 from hydra_jax.data import TokenizedSet, uncertainty_batches
-from hydra_jax.heads import UncertaintyBatches, circuit_search, harm
+from hydra_jax.heads import CircuitSearch, UncertaintyBatches, circuit_search, harm
 from hydra_jax.models import (
     BertConfig,
     CLIPVisionConfig,
@@ -186,13 +186,15 @@ def test_fused_model_saves_and_restores(base, head_sets, vision_models, tmp_path
     hj.save_model(fused, tmp_path / "hydra")
     restored = hj.load_model(tmp_path / "hydra")
     assert restored.config == fused.config
-    np.testing.assert_array_equal(restored(**batch).logits, fused(**batch).logits)
+    forward = jax.jit(lambda params: fused.apply(params, **batch).logits)  # one program for both
+    np.testing.assert_array_equal(forward(restored.params), forward(fused.params))
     tower, pixels = vision_models["tower"]
     small = hj.heads.compact(tower, np.tile(np.arange(N) < 3, (2, 1)))  # a compacted tower
     hj.save_model(small, tmp_path / "tower")
     again = hj.load_model(tmp_path / "tower")
     assert again.config == small.config
-    np.testing.assert_array_equal(again(**pixels).logits, small(**pixels).logits)
+    forward = jax.jit(lambda params: small.apply(params, **pixels).logits)
+    np.testing.assert_array_equal(forward(again.params), forward(small.params))
 
 
 def test_dropout_runs_per_member(base, head_sets):
@@ -240,10 +242,22 @@ def uncertainty_set():
     return uncertainty_batches(id_set, ood_set, batch_size=8)
 
 
-def naive_circuit(model, data, n, objective):
-    """The definition, one full forward per candidate (one compiled program, masks as inputs)."""
+def masked_forward(model):
+    """One compiled full forward, the head mask an input."""
+    return jax.jit(lambda params, batch, mask: model.apply(params, **batch, head_mask=mask))
+
+
+@pytest.fixture(scope="module")
+def base_search(base):
+    """One `CircuitSearch` (its compiled programs) for every search on `base`, as the library
+    reuses one across members' objectives."""
+    return CircuitSearch(base[0]), masked_forward(base[0])
+
+
+def naive_circuit(model, data, n, objective, forward=None):
+    """The definition, one full forward per candidate (`forward`: `masked_forward(model)`)."""
     L = model.config.encoder.num_layers
-    forward = jax.jit(lambda params, batch, mask: model.apply(params, **batch, head_mask=mask))
+    forward = forward or masked_forward(model)
     inputs = [{k: v for k, v in b.items() if k != "labels"} for b in data.batches]
     keep = np.ones((L, N), bool)
     for l in range(L):
@@ -261,11 +275,13 @@ def naive_circuit(model, data, n, objective):
 
 
 @pytest.mark.parametrize("objective", ["nll", "auroc", "avg"])
-def test_circuit_search_equals_naive_reference(base, uncertainty_set, objective):
+def test_circuit_search_equals_naive_reference(base, base_search, uncertainty_set, objective):
     model, _ = base
-    keep = circuit_search(model, uncertainty_set, keep_per_layer=2, objective=objective)
+    search, forward = base_search
+    keep = search(uncertainty_set, keep_per_layer=2, objective=objective)
     assert keep.shape == (L, N) and np.all(keep.sum(1) == 2)
-    np.testing.assert_array_equal(keep, naive_circuit(model, uncertainty_set, 2, objective))
+    naive = naive_circuit(model, uncertainty_set, 2, objective, forward)
+    np.testing.assert_array_equal(keep, naive)
 
 
 @pytest.mark.parametrize("family", ["tower", "dual_tower"])
@@ -281,9 +297,9 @@ def test_circuit_search_on_a_vision_tower_equals_naive_reference(vision_models, 
     np.testing.assert_array_equal(keep, naive_circuit(tower, data, 2, "avg"))
 
 
-def test_circuit_objectives_differ(base, uncertainty_set):
-    model, _ = base
-    sets = {o: circuit_search(model, uncertainty_set, 2, o) for o in ("nll", "auroc")}
+def test_circuit_objectives_differ(base_search, uncertainty_set):
+    search, _ = base_search
+    sets = {o: search(uncertainty_set, 2, o) for o in ("nll", "auroc")}
     assert not np.array_equal(sets["nll"], sets["auroc"])
 
 

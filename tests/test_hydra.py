@@ -3,6 +3,8 @@ reference (BERT, a CLIP vision tower and a dual encoder's zero-shot ViT tower)."
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 import pytest
@@ -31,6 +33,17 @@ def sharpened(model: hj.Model, factor: float = 5.0) -> hj.Model:
     """Larger weights than the 0.02 init, so that heads differ clearly."""
     return hj.Model(model.config, jax.tree.map(lambda x: x * factor if x.ndim > 1 else x,
                                                model.params))  # fmt: skip
+
+
+@functools.cache
+def _compiled(config):
+    return jax.jit(lambda params, inputs: hj.Model(config, params).apply(params, **inputs))
+
+
+def run(model: hj.Model, **inputs):
+    """`model(**inputs)` as one compiled program per architecture (eager dispatch compiles
+    every op of every new shape)."""
+    return _compiled(model.config)(model.params, inputs)
 
 
 @pytest.fixture(scope="module")
@@ -98,11 +111,11 @@ def test_fused_equals_members_run_alone(base, head_sets):
     model, batch = base
     members = hydra.members_from(model, head_sets)
     fused = hydra.fuse(members)
-    logits = fused(**batch).logits
+    logits = run(fused, **batch).logits
     assert logits.shape == (7, M, 2)
     for m, member in enumerate(members):
-        np.testing.assert_allclose(logits[:, m], member(**batch).logits, atol=1e-5)
-        masked = model(**batch, head_mask=head_sets[m].astype(np.float32)).logits
+        np.testing.assert_allclose(logits[:, m], run(member, **batch).logits, atol=1e-5)
+        masked = run(model, **batch, head_mask=head_sets[m].astype(np.float32)).logits
         np.testing.assert_allclose(logits[:, m], masked, atol=1e-5)
 
 
@@ -164,7 +177,7 @@ def test_fused_vision_members_equal_members_run_alone(vision_models, family):
     L_family = model.config.encoder.num_layers
     sets = hydra.stratified_head_sets(np.random.default_rng(7).random((L_family, N)), M)
     members = hydra.members_from(model, sets)
-    out = hydra.fuse(members)(**batch)
+    out = run(hydra.fuse(members), **batch)
     assert out.logits.shape == (5, M, model.config.num_labels)
     # A tower's logits are exp(logit_scale) (14.3 here) times a cosine: 1e-5 holds for the
     # cosine; on the logits float32 rounding alone reaches 2e-5 (float64: exactly equal). The
@@ -172,12 +185,12 @@ def test_fused_vision_members_equal_members_run_alone(vision_models, family):
     # pruned members: ViT logits of about 7 differ by up to 1.2e-5 (1.6e-6 relative).
     scale = float(np.exp(model.params["logit_scale"])) if family != "vit" else 1.0
     for m, member in enumerate(members):
-        alone = member(**batch)
+        alone = run(member, **batch)
         np.testing.assert_allclose(out.logits[:, m] / scale, alone.logits / scale, atol=1e-5)
-        masked = model(**batch, head_mask=sets[m].astype(np.float32)).logits
+        masked = run(model, **batch, head_mask=sets[m].astype(np.float32)).logits
         np.testing.assert_allclose(out.logits[:, m] / scale, masked / scale, rtol=2e-6, atol=1e-5)
     if family != "vit":  # the projected embeddings too
-        np.testing.assert_allclose(out.embeds[:, 1], members[1](**batch).embeds, atol=1e-5)
+        np.testing.assert_allclose(out.embeds[:, 1], run(members[1], **batch).embeds, atol=1e-5)
 
 
 def test_fused_model_saves_and_restores(base, head_sets, vision_models, tmp_path):

@@ -191,11 +191,18 @@ def test_partition_rules():
     )
 
 
-def test_mesh_sizes_are_checked():
+def test_mesh_sizes_are_checked(monkeypatch):
     with pytest.raises(ValueError, match="needs 16 devices; 8 available"):
         make_mesh(data=4, member=4)
     with pytest.raises(ValueError, match="positive integers"):
         make_mesh(data=0)
+    assert make_mesh(data=4).size == 4  # one process: a mesh over some devices is fine
+    # With several processes (as tests/multiprocess_worker.py checks on 2 real ones), a mesh
+    # that leaves devices, and so processes, out is refused before any work.
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"spans 4 devices, but 2 processes hold 8: .* all"):
+        make_mesh(data=4)
+    assert make_mesh(data=4, member=2).size == 8
 
 
 def test_without_a_mesh_nothing_is_moved():

@@ -54,8 +54,8 @@ def make_mesh(
 ) -> Mesh:
     """A `data x member x heads` mesh (JAX's Auto sharding) over the first devices.
 
-    With several processes the mesh must span every device of every process (the default
-    devices): a smaller one would leave some processes out of the computation.
+    With several processes the mesh must take every one of `devices` (by default every device
+    of every process): a smaller one would leave processes out of the computation.
 
     Raises:
       ValueError: a size below 1, more devices asked for than there are, or, with several
@@ -76,7 +76,8 @@ def make_mesh(
         raise ValueError(
             f"mesh data={data} x member={member} x heads={heads} spans {needed} devices, but "
             f"{jax.process_count()} processes hold {len(devices)}: with several processes the "
-            f"mesh must span all of them (set config.mesh so its sizes multiply to {len(devices)})"
+            f"mesh must span all of them (axis sizes multiplying to {len(devices)}; in a study, "
+            f"config.mesh)"
         )
     grid = np.array(devices[:needed]).reshape(data, member, heads)
     return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * len(AXES))

@@ -96,6 +96,16 @@ def head_sets(
     raise ValueError(f"unknown member strategy {strategy!r}")
 
 
+def shared_step(steps: dict[Any, Any], model: Model, train_size: int, settings: TrainSettings):
+    """`model`'s compiled train step under `settings`, compiled once per architecture and
+    settings in `steps` (the seed aside: it enters only through the step's key)."""
+    key = (model.config, dataclasses.replace(settings, seed=0))
+    if key not in steps:
+        total = schedule_length(train_size, settings)[1]
+        steps[key] = make_train_step(model, make_optimizer(settings, total))
+    return steps[key]
+
+
 def fine_tuned_members(
     single: Model,
     sets: np.ndarray,
@@ -108,15 +118,12 @@ def fine_tuned_members(
     """`single` compacted to each head set `[M, L, N]`, member m fine-tuned (resuming) under
     `directory/member_m` with the baselines' training seed of member m (none if 0 epochs).
 
-    `steps` caches compiled train steps by member architecture across calls.
+    `steps` caches compiled train steps across calls (`shared_step`).
     """
     members, steps = [], {} if steps is None else steps
     for m, member in enumerate(ensembles.members_from(single, sets)):
         if settings.epochs > 0:
-            if member.config not in steps:  # members of one shape share a compiled step
-                total = schedule_length(len(train), settings)[1]
-                steps[member.config] = make_train_step(member, make_optimizer(settings, total))
-            step_fn = steps[member.config]
+            step_fn = shared_step(steps, member, len(train), settings)  # members of one shape
             member_settings = dataclasses.replace(settings, seed=baselines.training_seed(base, m))
             member = fit(member, train, member_settings, directory / f"member_{m}", step_fn=step_fn)
         members.append(member)
@@ -132,7 +139,7 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, list]:
     common.claim_workdir(config, workdir)
     stages = {"load baselines": time.perf_counter() - start}
     record: dict[str, Any] = {}
-    steps: dict[Any, Any] = {}  # compiled train steps by architecture: members', fused ones'
+    steps: dict[Any, Any] = {}  # compiled train steps (`shared_step`): members', fused ones'
     for strategy in config.strategies:
         start = time.perf_counter()
         sets = head_sets(config, base, strategy, single, study.train)
@@ -147,11 +154,9 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, list]:
         if config.fused_train.epochs > 0:  # optional: fine-tune the fused network as a whole
             start = time.perf_counter()
             fused_settings = TrainSettings(**{**settings.__dict__, **config.fused_train.to_dict()})
-            if fused.config not in steps:  # strategies of one member shape share a step
-                total = schedule_length(len(study.train), fused_settings)[1]
-                steps[fused.config] = make_train_step(fused, make_optimizer(fused_settings, total))
+            step_fn = shared_step(steps, fused, len(study.train), fused_settings)
             directory = workdir / "fused_training" / strategy
-            fused = fit(fused, study.train, fused_settings, directory, step_fn=steps[fused.config])
+            fused = fit(fused, study.train, fused_settings, directory, step_fn=step_fn)
             stages[f"{strategy}: fine-tune fused"] = time.perf_counter() - start
         save_model(fused, workdir / "fused" / strategy)
         if strategy in PRUNED:  # the pruned_* baselines: member 0 alone

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from compiled import run
 
 import hydra_jax as hj
 from hydra_jax.ensembles import members_from
@@ -303,13 +304,6 @@ def test_compact_bert_equals_masked_and_cuts_flops(bert):
     assert matmuls <= saved <= 1.3 * matmuls
 
 
-def jitted(model, field: str = "logits", **inputs):
-    """`model(**inputs).field` as one compiled program (eager dispatch compiles every op)."""
-    return jax.jit(lambda params, inputs: getattr(model.apply(params, **inputs), field))(
-        model.params, inputs
-    )
-
-
 def test_compact_vit_and_clip_towers_equal_masked():
     vit = hj.Model.init(
         ViTConfig(EncoderConfig((3, 3), 12, 4, 14, "gelu", 1e-6, True), 8, 4, num_labels=2),
@@ -317,12 +311,12 @@ def test_compact_vit_and_clip_towers_equal_masked():
     )
     pixels = np.random.default_rng(1).normal(size=(2, 3, 8, 8)).astype(np.float32)
     keep = random_keep(4, 2, 3)
-    masked = jitted(vit, pixel_values=pixels, head_mask=keep.astype(np.float32))
+    masked = run(vit, pixel_values=pixels, head_mask=keep.astype(np.float32)).logits
     small = compact(vit, keep)
-    np.testing.assert_allclose(jitted(small, pixel_values=pixels), masked, atol=1e-5)
+    np.testing.assert_allclose(run(small, pixel_values=pixels).logits, masked, atol=1e-5)
     # ... and exportable, as a full-size ViT whose removed heads are zero.
     full = expand_to_full(small)
-    np.testing.assert_allclose(jitted(full, pixel_values=pixels), masked, atol=1e-5)
+    np.testing.assert_allclose(run(full, pixel_values=pixels).logits, masked, atol=1e-5)
     clip = hj.Model.init(
         CLIPConfig(
             CLIPTextConfig(
@@ -338,10 +332,10 @@ def test_compact_vit_and_clip_towers_equal_masked():
                   pixel_values=np.ones((1, 3, 6, 6), np.float32))  # fmt: skip
     keep_text, keep_vision = random_keep(5, 2, 2), random_keep(6, 2, 3)
     small = compact(clip, {"text": keep_text, "vision": keep_vision})
-    field = "logits_per_image"
-    masked = jitted(clip, field, **inputs, text_head_mask=keep_text * 1.0,
-                    vision_head_mask=keep_vision * 1.0)  # fmt: skip
-    np.testing.assert_allclose(jitted(small, field, **inputs), masked, atol=1e-5)
+    masked = run(clip, **inputs, text_head_mask=keep_text * 1.0, vision_head_mask=keep_vision * 1.0)
+    np.testing.assert_allclose(
+        run(small, **inputs).logits_per_image, masked.logits_per_image, atol=1e-5
+    )
 
 
 def test_compact_refuses_a_keep_mask_of_the_wrong_shape(bert):

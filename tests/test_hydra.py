@@ -3,11 +3,10 @@ reference (BERT, a CLIP vision tower and a dual encoder's zero-shot ViT tower)."
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import numpy as np
 import pytest
+from compiled import run
 
 import hydra_jax as hj
 from hydra_jax import hydra
@@ -33,17 +32,6 @@ def sharpened(model: hj.Model, factor: float = 5.0) -> hj.Model:
     """Larger weights than the 0.02 init, so that heads differ clearly."""
     return hj.Model(model.config, jax.tree.map(lambda x: x * factor if x.ndim > 1 else x,
                                                model.params))  # fmt: skip
-
-
-@functools.cache
-def _compiled(config):
-    return jax.jit(lambda params, inputs: hj.Model(config, params).apply(params, **inputs))
-
-
-def run(model: hj.Model, **inputs):
-    """`model(**inputs)` as one compiled program per architecture (eager dispatch compiles
-    every op of every new shape)."""
-    return _compiled(model.config)(model.params, inputs)
 
 
 @pytest.fixture(scope="module")
@@ -199,15 +187,13 @@ def test_fused_model_saves_and_restores(base, head_sets, vision_models, tmp_path
     hj.save_model(fused, tmp_path / "hydra")
     restored = hj.load_model(tmp_path / "hydra")
     assert restored.config == fused.config
-    forward = jax.jit(lambda params: fused.apply(params, **batch).logits)  # one program for both
-    np.testing.assert_array_equal(forward(restored.params), forward(fused.params))
+    np.testing.assert_array_equal(run(restored, **batch).logits, run(fused, **batch).logits)
     tower, pixels = vision_models["tower"]
     small = hj.heads.compact(tower, np.tile(np.arange(N) < 3, (2, 1)))  # a compacted tower
     hj.save_model(small, tmp_path / "tower")
     again = hj.load_model(tmp_path / "tower")
     assert again.config == small.config
-    forward = jax.jit(lambda params: small.apply(params, **pixels).logits)
-    np.testing.assert_array_equal(forward(again.params), forward(small.params))
+    np.testing.assert_array_equal(run(again, **pixels).logits, run(small, **pixels).logits)
 
 
 def test_dropout_runs_per_member(base, head_sets):
@@ -255,22 +241,16 @@ def uncertainty_set():
     return uncertainty_batches(id_set, ood_set, batch_size=8)
 
 
-def masked_forward(model):
-    """One compiled full forward, the head mask an input."""
-    return jax.jit(lambda params, batch, mask: model.apply(params, **batch, head_mask=mask))
-
-
 @pytest.fixture(scope="module")
 def base_search(base):
     """One `CircuitSearch` (its compiled programs) for every search on `base`, as the library
     reuses one across members' objectives."""
-    return CircuitSearch(base[0]), masked_forward(base[0])
+    return CircuitSearch(base[0])
 
 
-def naive_circuit(model, data, n, objective, forward=None):
-    """The definition, one full forward per candidate (`forward`: `masked_forward(model)`)."""
+def naive_circuit(model, data, n, objective):
+    """The definition, one full forward per candidate (one compiled program, masks as inputs)."""
     L = model.config.encoder.num_layers
-    forward = forward or masked_forward(model)
     inputs = [{k: v for k, v in b.items() if k != "labels"} for b in data.batches]
     keep = np.ones((L, N), bool)
     for l in range(L):
@@ -279,7 +259,7 @@ def naive_circuit(model, data, n, objective, forward=None):
             mask = keep.astype(np.float32)
             mask[l, h] = 0.0
             logits.append(
-                np.concatenate([np.asarray(forward(model.params, b, mask).logits) for b in inputs])
+                np.concatenate([np.asarray(run(model, **b, head_mask=mask).logits) for b in inputs])
             )
         scores = harm(objective, np.stack(logits), data)
         keep[l] = False
@@ -290,11 +270,9 @@ def naive_circuit(model, data, n, objective, forward=None):
 @pytest.mark.parametrize("objective", ["nll", "auroc", "avg"])
 def test_circuit_search_equals_naive_reference(base, base_search, uncertainty_set, objective):
     model, _ = base
-    search, forward = base_search
-    keep = search(uncertainty_set, keep_per_layer=2, objective=objective)
+    keep = base_search(uncertainty_set, keep_per_layer=2, objective=objective)
     assert keep.shape == (L, N) and np.all(keep.sum(1) == 2)
-    naive = naive_circuit(model, uncertainty_set, 2, objective, forward)
-    np.testing.assert_array_equal(keep, naive)
+    np.testing.assert_array_equal(keep, naive_circuit(model, uncertainty_set, 2, objective))
 
 
 @pytest.mark.parametrize("family", ["tower", "dual_tower"])
@@ -311,8 +289,7 @@ def test_circuit_search_on_a_vision_tower_equals_naive_reference(vision_models, 
 
 
 def test_circuit_objectives_differ(base_search, uncertainty_set):
-    search, _ = base_search
-    sets = {o: search(uncertainty_set, 2, o) for o in ("nll", "auroc")}
+    sets = {o: base_search(uncertainty_set, 2, o) for o in ("nll", "auroc")}
     assert not np.array_equal(sets["nll"], sets["auroc"])
 
 

@@ -252,6 +252,20 @@ def _truncate_log(log_file: Path, step: int) -> None:
     log_file.write_text("".join(f"{line}\n" for line in kept))
 
 
+def _check_loss(
+    step: int, examples: np.ndarray, loss: jax.Array, steps_per_epoch: int, workdir: Path
+) -> None:
+    """Raises `FloatingPointError` if `loss` (of 0-based `step`) is not finite."""
+    value = float(loss)
+    if not np.isfinite(value):
+        epoch, index = divmod(step, steps_per_epoch)
+        raise FloatingPointError(
+            f"training loss is {value} at step {step + 1} (epoch {epoch}, batch {index}: "
+            f"examples {examples.tolist()}); stopped without checkpointing this step, "
+            f"the last checkpoint in {workdir / 'checkpoints'} is intact"
+        )
+
+
 def fit(
     model: Model,
     train: Dataset,
@@ -282,7 +296,9 @@ def fit(
       ValueError: with the default loss, training labels outside the classifier's classes, or
         a model without a classifier (before anything is written).
       FloatingPointError: a non-finite loss (the step and the batch's examples are named; the
-        last checkpoint is left as it was).
+        last checkpoint is left as it was). A step's loss is read back after the next step is
+        dispatched, so the host never waits on the step in flight, and always before a log line
+        or a checkpoint is written.
     """
     workdir = Path(workdir).absolute()
     steps_per_epoch, total_steps = schedule_length(len(train), settings)
@@ -308,32 +324,34 @@ def fit(
     data = loader.iterate(batches, start)  # Grain; its position is the step (`data_position`)
     log = log_file.open("a") if primary else open(os.devnull, "w")  # noqa: SIM115
     progress = tqdm(total=total_steps, initial=start, desc=f"train {workdir.name}", leave=False)
+    unchecked = None  # (step, its examples, its loss): the latest step, not yet read back
     try:
         for step in range(start, total_steps):
-            epoch, index = divmod(step, steps_per_epoch)
             item = next(data)
-            examples = item["examples"]
             key = jax.random.fold_in(base_key, step)
             batch = place_local_batch(item["batch"], settings.batch_size)
             state, metrics = step_fn(state, batch, key)
-            loss = float(metrics["loss"])
-            if not np.isfinite(loss):
-                raise FloatingPointError(
-                    f"training loss is {loss} at step {step + 1} (epoch {epoch}, batch {index}: "
-                    f"examples {examples.tolist()}); stopped without checkpointing this step, "
-                    f"the last checkpoint in {workdir / 'checkpoints'} is intact"
-                )
-            state = state.replace(data_position=jnp.array(divmod(step + 1, steps_per_epoch)))
+            if unchecked is not None:  # the previous step's: the host never waits on this one
+                _check_loss(*unchecked, steps_per_epoch, workdir)
+            unchecked = (step, item["examples"], metrics["loss"])
             progress.update(1)
             done = step + 1
-            if done % settings.log_every == 0 or done == total_steps:
+            log_now = done % settings.log_every == 0 or done == total_steps
+            save_now = done % settings.checkpoint_every == 0 or done == total_steps
+            stop_now = stop_after is not None and done >= stop_after
+            if log_now or save_now or stop_now:
+                _check_loss(*unchecked, steps_per_epoch, workdir)  # before anything is written
+                unchecked = None
+            if log_now:
                 record = {"step": done, **{k: float(v) for k, v in metrics.items()}}
                 log.write(json.dumps(record) + "\n")
                 log.flush()
                 progress.set_postfix(loss=f"{record['loss']:.3f}")
-            if done % settings.checkpoint_every == 0 or done == total_steps:
+            if save_now:
+                position = jnp.array(divmod(done, steps_per_epoch), jnp.int32)
+                state = state.replace(data_position=position)
                 manager.save(done, args=ocp.args.StandardSave(state))
-            if stop_after is not None and done >= stop_after:
+            if stop_now:
                 break
         manager.wait_until_finished()
     finally:

@@ -124,6 +124,29 @@ def test_non_finite_loss_stops_training_and_names_the_step(task, tmp_path):
     assert not any((tmp_path / "checkpoints").iterdir())
 
 
+@pytest.mark.parametrize(("bad_step", "kept"), [(4, []), (5, ["4"]), (3, [])])
+def test_a_later_non_finite_loss_is_caught_before_the_next_checkpoint(
+    task, tmp_path, bad_step, kept
+):
+    """Losses are read back a step late; a checkpoint (every 4 steps) is never written after a
+    non-finite step, whether that step is the checkpoint's own or the one before it."""
+    model, data, step = task
+    calls = []
+
+    def poisoned(state, batch, key):  # the real step, its loss replaced by NaN at `bad_step`
+        state, metrics = step(state, batch, key)
+        calls.append(None)
+        if len(calls) == bad_step:
+            metrics = {**metrics, "loss": metrics["loss"] * np.nan}
+        return state, metrics
+
+    with pytest.raises(FloatingPointError, match=rf"training loss is nan at step {bad_step} "):
+        fit(model, data, SETTINGS, tmp_path, step_fn=poisoned)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == kept
+    assert steps_logged(tmp_path) == [s for s in (2, 4) if s < bad_step]
+    assert len(calls) <= bad_step + 1  # stopped at once, not at the end of the epoch
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [("batch_size", 0, "train.batch_size must be positive, got 0"),

@@ -143,7 +143,7 @@ def load(name: str, split: str, data_dir: Path | None = None) -> Sentences:
     source = tfds.data_source(
         f"vader_sentences/{name}", split=split, data_dir=str(data_dir / "tfds"), download=False
     )
-    records = [source[i] for i in range(len(source))]
+    records = source.__getitems__(range(len(source)))  # one batched read, as for images
     records.sort(key=lambda r: _sort_key(r["id"]))
     return Sentences(
         ids=[_text(r["id"]) for r in records],

@@ -24,6 +24,7 @@ import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import jax
 import ml_collections
@@ -791,8 +792,21 @@ def cases(tmp: Path) -> list[Case]:
             V,
             "mesh axis sizes must be positive integers",
         ),
+        (
+            "2 processes, a mesh not spanning every device",
+            lambda: _as_two_processes(lambda: sharding.make_mesh(data=1)),
+            V,
+            "with several processes the mesh must span all of them",
+        ),
     ]
     return out
+
+
+def _as_two_processes(call: Callable[[], object]) -> object:
+    """`call()` as if JAX had 2 processes (the check reads only `jax.process_count`); needs 2 or
+    more devices, as every 2-process run has."""
+    with mock.patch.object(jax, "process_count", lambda: 2):
+        return call()
 
 
 def _zero_shot_cases(bert: hj.Model, vit: hj.Model) -> list[Case]:
@@ -957,6 +971,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
+    jax.config.update("jax_num_cpu_devices", 2)  # devices a 2-process mesh could leave out
     counts = {"clear": 0, "unclear": 0, "silent": 0, "crash": 0}
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)

@@ -24,6 +24,7 @@ from hydra_jax.heads import CircuitSearch, compact, his_and_entropy
 from hydra_jax.models import BertConfig, EncoderConfig, with_classifier
 from hydra_jax.models.sharding import (
     make_mesh,
+    overlapped,
     param_shardings,
     path_string,
     place_params,
@@ -208,3 +209,20 @@ def test_mesh_sizes_are_checked(monkeypatch):
 def test_without_a_mesh_nothing_is_moved():
     params = {"attention": {"query": {"kernel": np.zeros((4, 2, 3))}}}
     assert place_params(params) is params
+
+
+def test_overlapped_reads_each_result_back_after_dispatching_the_next():
+    dispatched = []
+
+    def dispatch(i: int) -> dict[str, jax.Array]:
+        dispatched.append(i)
+        return {"x": jax.numpy.full((2,), i)}
+
+    seen = []
+    for i, result in overlapped(range(4), dispatch):
+        assert dispatched == list(range(min(i + 2, 4)))  # the next one is already on its way
+        assert isinstance(result["x"], np.ndarray)
+        np.testing.assert_array_equal(result["x"], [i, i])
+        seen.append(i)
+    assert seen == [0, 1, 2, 3]
+    assert list(overlapped([], dispatch)) == []

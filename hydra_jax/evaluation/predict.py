@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from hydra_jax import checks, metrics
 from hydra_jax.data import Dataset, eval_batches
 from hydra_jax.ensembles.baselines import Forward
-from hydra_jax.models.sharding import place_batch, place_params, to_host
+from hydra_jax.models.sharding import overlapped, place_batch, place_params
 
 OOD_SCORES = ("msp", "entropy", "energy", "mi")
 
@@ -58,9 +58,13 @@ def predict(method: Method, data: Dataset, batch_size: int, progress: bool = Tru
     forward = jax.jit(method.forward)
     weights = place_params(method.weights, method.stacked)  # on the current mesh, if any
     out = None
-    batches = eval_batches(data.lengths, batch_size)
-    for index in tqdm(batches, desc=method.name, leave=False, disable=not progress):
-        logits = to_host(forward(weights, place_batch(data.batch(index, batch_size))))
+    batches = tqdm(eval_batches(data.lengths, batch_size), desc=method.name, leave=False,
+                   disable=not progress)  # fmt: skip
+
+    def dispatch(index: np.ndarray) -> jax.Array:
+        return forward(weights, place_batch(data.batch(index, batch_size)))
+
+    for index, logits in overlapped(batches, dispatch):  # the next batch runs while one is read
         if out is None:
             out = np.zeros((len(data), *logits.shape[1:]), np.float32)
         out[index] = logits[: len(index)]

@@ -105,16 +105,12 @@ class CircuitSearch:
         for l in range(L):
             masks = np.repeat(keep[None].astype(np.float32), N, axis=0)  # [H = N, L, N]
             masks[np.arange(N), l, np.arange(N)] = 0.0  # candidate h removes head h of layer l
+            suffixes = [  # all dispatched before any is read back: they run back to back
+                [self._suffix(params, b, hidden[i], mask, l=l) for i, b in enumerate(batches)]
+                for mask in masks
+            ]
             logits = np.stack(
-                [
-                    np.concatenate(
-                        [
-                            to_host(self._suffix(params, b, hidden[i], mask, l=l))
-                            for i, b in enumerate(batches)
-                        ]
-                    )
-                    for mask in masks
-                ]
+                [np.concatenate([to_host(x) for x in row]) for row in suffixes]
             )  # [H, V, C]
             scores = harm(objective, logits, data)
             chosen = np.argsort(-scores, kind="stable")[:keep_per_layer]

@@ -29,7 +29,7 @@ from jax.scipy.special import xlogy
 from hydra_jax import metrics
 from hydra_jax.models import Model, check_inputs, encoder_of, input_names
 from hydra_jax.models.config import ArchConfig
-from hydra_jax.models.sharding import place_batch, place_params, to_host
+from hydra_jax.models.sharding import overlapped, place_batch, place_params
 
 METHODS = ("taylor", "his", "entropy", "hies", "ad", "l2", "random")
 Batch = dict[str, Any]
@@ -112,10 +112,10 @@ def his_and_entropy(
         raise ValueError("score a model before compacting it (layers have unequal head counts)")
     stats = _head_stats(model.config, use_labels)
     params = place_params(model.params)  # on the current mesh, if any
-    grad_sum = entropy_sum = 0.0
-    count = 0
     num_labels = model.config.num_labels
-    for index, batch in enumerate(batches):
+
+    def dispatch(numbered: tuple[int, Batch]) -> tuple[jax.Array, jax.Array]:
+        index, batch = numbered
         if use_labels:  # out-of-range classes would pass through JAX's gather unnoticed
             if "labels" not in batch:
                 raise ValueError("use_labels=True needs `labels` in every calibration batch")
@@ -127,9 +127,13 @@ def his_and_entropy(
         if not use_labels:
             batch = {k: v for k, v in batch.items() if k != "labels"}
         check_inputs(model.config, batch)
-        grads, entropy = stats(params, place_batch(batch))
-        grad_sum = grad_sum + to_host(grads).astype(np.float64).sum(0)
-        entropy_sum = entropy_sum + to_host(entropy).astype(np.float64).sum(0)
+        return stats(params, place_batch(batch))
+
+    grad_sum = entropy_sum = 0.0
+    count = 0
+    for _, (grads, entropy) in overlapped(enumerate(batches), dispatch):  # sums in float64
+        grad_sum = grad_sum + grads.astype(np.float64).sum(0)
+        entropy_sum = entropy_sum + entropy.astype(np.float64).sum(0)
         count += grads.shape[0]
     if count == 0:
         raise ValueError("no calibration examples: batches was empty")

@@ -27,8 +27,8 @@ spans hosts unchanged. To run under a mesh:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
@@ -37,6 +37,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 AXES = ("data", "member", "heads")
+Item = TypeVar("Item")
 
 # Parameter path (keys joined by "/", matched at the end) -> axes of its trailing dimensions.
 # Leaves under a fused Hydra's `members`, and every leaf of a stacked Deep Ensemble, also have a
@@ -205,3 +206,19 @@ def to_host(x: jax.Array) -> np.ndarray:
     if getattr(x, "is_fully_addressable", True) or x.is_fully_replicated:
         return np.asarray(x)
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def overlapped(
+    items: Iterable[Item], dispatch: Callable[[Item], Any]
+) -> Iterator[tuple[Item, Any]]:
+    """`(item, to_host(dispatch(item)))` for every item, in order, each read back only after the
+    next is dispatched: the device computes one while the host waits on the other and prepares
+    the next (JAX dispatches asynchronously). `dispatch` returns a tree of arrays."""
+    pending = None
+    for item in items:
+        result = dispatch(item)
+        if pending is not None:
+            yield pending[0], jax.tree.map(to_host, pending[1])
+        pending = (item, result)
+    if pending is not None:
+        yield pending[0], jax.tree.map(to_host, pending[1])

@@ -15,10 +15,10 @@ axis does not divide (a pruned layer of 3 heads on `heads=2`, a last batch of 5 
 The rest of the package is sharding-agnostic: `jax.jit` propagates input shardings (GSPMD). The
 entry points that feed compiled programs (training, prediction, head scoring, circuit search)
 place their weights with `place_params` and each batch with `place_batch`, and bring results to
-the host with `to_host` (the edge: metrics); all three do nothing special when no mesh is set,
-so on one device nothing changes. With several processes (`jax.distributed`), every process
-holds the same host data and each places the shards its own devices hold, so a global mesh
-spans hosts unchanged. To run under a mesh:
+the host with `to_host` (the edge: metrics), one batch behind the device (`overlapped`); these
+do nothing special when no mesh is set, so on one device nothing changes. With several
+processes (`jax.distributed`), every process holds the same host data and each places the
+shards its own devices hold, so a global mesh spans hosts unchanged. To run under a mesh:
 
     with jax.set_mesh(make_mesh(data=4, member=2)):
         model = fit(model, train, settings, workdir)

@@ -16,7 +16,7 @@ import hydra_jax as hj
 
 @functools.cache
 def _compiled(config: Any) -> Any:
-    return jax.jit(lambda params, inputs: hj.Model(config, params).apply(params, **inputs))
+    return jax.jit(lambda params, inputs: hj.Model(config, params)(**inputs))
 
 
 def run(model: hj.Model, **inputs: Any) -> Any:

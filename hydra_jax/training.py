@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
+import numbers
 import os
 import shutil
 from collections.abc import Callable
@@ -40,6 +42,9 @@ Trainable = Callable[[tuple[str, ...]], bool]
 
 @dataclasses.dataclass(frozen=True)
 class TrainSettings:
+    """One training run's settings, checked on creation (integers where counts are meant, finite
+    numbers in range); `max_grad_norm=inf` turns gradient clipping off."""
+
     epochs: float = 3.0
     batch_size: int = 32
     learning_rate: float = 5e-5
@@ -51,6 +56,17 @@ class TrainSettings:
     log_every: int = 20
 
     def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value, whole = getattr(self, field.name), field.type in ("int", int)
+            kind = numbers.Integral if whole else numbers.Real
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise ValueError(
+                    f"train.{field.name} must be {'an integer' if whole else 'a number'}, got "
+                    f"{value!r}"
+                )
+            no_clipping = field.name == "max_grad_norm" and value == math.inf
+            if not (math.isfinite(value) or no_clipping):
+                raise ValueError(f"train.{field.name} must be finite, got {value}")
         positive = ("epochs", "batch_size", "checkpoint_every", "log_every", "max_grad_norm")
         for name in positive:
             if not getattr(self, name) > 0:

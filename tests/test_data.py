@@ -68,6 +68,15 @@ def test_encoder_uses_checkpoint_tokenizer_without_its_fixed_padding():
     assert short.tolist()[0] == 101 and short.tolist()[-1] == 102  # [CLS] ... [SEP]
     assert short.size == 4  # [CLS] dull . [SEP]: not padded to 128
     assert long.size == 64 and long[-1] == 102  # truncated to the cap, [SEP] kept
+    (least,) = TextEncoder(hj.minilm_l6_path(), max_tokens=3)(["word " * 9])
+    assert least.size == 3 and least[0] == 101 and least[-1] == 102  # [CLS] word [SEP]
+
+
+@pytest.mark.parametrize("max_tokens", [0, 1, 2, -3, 2.5])
+def test_encoder_refuses_a_cap_below_its_special_tokens(max_tokens):
+    """The tokenizer kept every sentence whole at 0 or 1 and emptied it at 2."""
+    with pytest.raises(ValueError, match=r"max_tokens \(\[CLS\], a token, \[SEP\]\) must be an"):
+        TextEncoder(hj.minilm_l6_path(), max_tokens=max_tokens)
 
 
 def test_pad_batch_pads_per_batch_to_multiple_of_16():

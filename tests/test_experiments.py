@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -20,12 +21,13 @@ import hydra_jax as hj
 from hydra_jax import metrics
 from hydra_jax.data import random_tokens
 from hydra_jax.evaluation import method_metrics, predict, softmax, xla_flops
-from hydra_jax.experiments import baselines, common, hydra, pruning
+from hydra_jax.experiments import ablations, baselines, common, hydra, pruning, zero_shot
 from hydra_jax.models import BertConfig, EncoderConfig
 
 REPO = Path(__file__).parent.parent
 sys.path.insert(0, str(REPO))
 from configs import (  # noqa: E402
+    ablate_vit_fmnist,
     hydra_minilm_mr,
     hydra_vit_fmnist,
     minilm_mr,
@@ -239,14 +241,19 @@ def test_evaluate_on_an_unfinished_workdir_says_so(synthetic_data_dir, tiny_chec
 
 
 @pytest.mark.parametrize(
-    ("key", "value"), [("batch_size", 0), ("num_bins", -3), ("latency_repeats", 0)]
-)
-def test_evaluation_settings_are_checked_before_the_workdir_is_claimed(
-    synthetic_data_dir, tiny_checkpoint, tmp_path, key, value
+    ("key", "value", "kind"),
+    [("eval.batch_size", 0, "a positive integer"), ("eval.num_bins", -3, "a positive integer"),
+     ("eval.latency_repeats", 0, "a positive integer"), ("ensemble_size", 0, "a positive integer"),
+     ("data.train_limit", -1, "a non-negative integer"),
+     ("data.max_tokens", 2, "an integer of at least 3")],
+)  # fmt: skip
+def test_counts_are_checked_before_the_workdir_is_claimed(
+    synthetic_data_dir, tiny_checkpoint, tmp_path, key, value, kind
 ):
     config = smoke_config(synthetic_data_dir, tiny_checkpoint)
-    config.eval[key] = value
-    with pytest.raises(ValueError, match=rf"eval\.{key} must be a positive integer, got {value}"):
+    section, _, name = key.rpartition(".")
+    (config[section] if section else config)[name] = value
+    with pytest.raises(ValueError, match=rf"{re.escape(key)} must be {kind}, got {value}"):
         common.claim_workdir(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
@@ -346,6 +353,28 @@ def test_hydra_smoke(smoke_run, tmp_path):
     assert (tmp_path / "fused" / "circuit" / "model_config.json").is_file()
     assert (tmp_path / "fused_training" / "circuit" / "metrics.jsonl").is_file()
     assert "fine-tune fused" in " ".join(results["stages"])  # the train stage's timings
+
+
+def test_bad_training_settings_are_refused_before_the_workdir_is_claimed(smoke_run, tmp_path):
+    """A refused setting must not be recorded: the corrected config would then conflict with
+    the workdir. The fused network's settings are checked before any member trains."""
+    _, workdir, _ = smoke_run
+    fused = hydra_minilm_mr.get_config("smoke")
+    fused.base_workdir = str(workdir)
+    fused.fused_train.epochs = float("inf")
+    members = ablate_vit_fmnist.get_config("smoke")
+    members.base_workdir = str(workdir)
+    members.member_train.learning_rate = float("nan")
+    dual = zero_shot_fmnist.get_config("smoke")
+    dual.train.batch_size = 0
+    for study, config, message in [
+        (hydra, fused, "train.epochs must be finite, got inf"),
+        (ablations, members, "train.learning_rate must be finite, got nan"),
+        (zero_shot, dual, "train.batch_size must be positive, got 0"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            study.train(config, tmp_path / study.__name__)
+        assert not (tmp_path / study.__name__).exists()
 
 
 def test_rerunning_train_on_a_finished_run_keeps_its_timings(smoke_run):

@@ -152,11 +152,23 @@ def test_a_later_non_finite_loss_is_caught_before_the_next_checkpoint(
     [("batch_size", 0, "train.batch_size must be positive, got 0"),
      ("epochs", -1.0, "train.epochs must be positive"),
      ("checkpoint_every", 0, "train.checkpoint_every must be positive"),
-     ("warmup_fraction", 1.0, r"train.warmup_fraction must be in \[0, 1\)")],
+     ("warmup_fraction", 1.0, r"train.warmup_fraction must be in \[0, 1\)"),
+     ("batch_size", 2.5, "train.batch_size must be an integer, got 2.5"),
+     ("batch_size", "32", "train.batch_size must be an integer, got '32'"),
+     ("log_every", True, "train.log_every must be an integer, got True"),
+     ("seed", 1.5, "train.seed must be an integer, got 1.5"),
+     ("epochs", float("inf"), "train.epochs must be finite, got inf"),
+     ("learning_rate", float("nan"), "train.learning_rate must be finite, got nan"),
+     ("weight_decay", "0.01", "train.weight_decay must be a number, got '0.01'")],
 )  # fmt: skip
 def test_bad_settings_are_refused_by_name(field, value, message):
     with pytest.raises(ValueError, match=message):
         TrainSettings(**{field: value})
+
+
+def test_numpy_numbers_and_unclipped_gradients_are_accepted():
+    settings = TrainSettings(batch_size=np.int64(4), epochs=np.float32(0.5), max_grad_norm=np.inf)
+    assert settings.batch_size == 4 and settings.max_grad_norm == np.inf
 
 
 @pytest.mark.parametrize(

@@ -66,7 +66,9 @@ def _members(
 def train(config: ml_collections.ConfigDict, workdir: Path) -> None:
     """Fine-tunes the members of every (size, strategy) into `workdir` (resuming)."""
     workdir = Path(workdir)
-    common.recorded_config(Path(config.base_workdir))  # the base run must exist first
+    # The base run must exist, and bad settings are refused before the workdir is touched.
+    base = common.recorded_config(Path(config.base_workdir))
+    TrainSettings(**{**base.train.to_dict(), **config.member_train.to_dict()})
     common.claim_workdir(config, workdir)
     _members(config, workdir)
 

@@ -69,16 +69,24 @@ def config_differences(config: ml_collections.ConfigDict, recorded: dict) -> lis
     ]
 
 
-# `config.eval` sizes every study shares (`latency_tokens` for text only).
-EVAL_COUNTS = ("batch_size", "num_bins", "latency_batch", "latency_tokens", "latency_repeats")
+# Config keys that are counts, with their least value (a study has the keys it uses). They are
+# checked before a workdir is claimed: a bad value recorded there would make the corrected
+# config conflict with the workdir.
+COUNTS = {
+    **dict.fromkeys(["eval.batch_size", "eval.num_bins", "eval.latency_batch",
+                     "eval.latency_tokens", "eval.latency_repeats", "eval_batch_size",
+                     "ensemble_size", "mc_dropout_samples", "num_members", "calibration_size"], 1),
+    **dict.fromkeys(["data.train_limit", "data.eval_limit", "data.ood_limit", "data.shift_limit",
+                     "train_limit", "eval_limit", "ood_limit"], 0),  # 0: the whole split
+    "data.max_tokens": 3,  # [CLS], a token, [SEP]
+}  # fmt: skip
 
 
-def check_eval_settings(config: ml_collections.ConfigDict) -> None:
-    """Refuses an `eval.*` size that is not a positive integer, by its key."""
-    for key in EVAL_COUNTS:
-        value = config.get("eval", {}).get(key)
-        if value is not None:
-            checks.count(f"eval.{key}", value)
+def check_counts(config: ml_collections.ConfigDict) -> None:
+    """Refuses a count of `COUNTS` below its least value, or not an integer, by its key."""
+    for key, value in flat(config).items():
+        if key in COUNTS:
+            checks.count(key, value, minimum=COUNTS[key])
 
 
 def claim_workdir(config: ml_collections.ConfigDict, workdir: Path) -> None:
@@ -86,10 +94,10 @@ def claim_workdir(config: ml_collections.ConfigDict, workdir: Path) -> None:
     refuses a config that differs in anything but cosmetic keys (and never rewrites it).
 
     Raises:
-      ValueError: an `eval.*` size that is not a positive integer (before anything is written).
+      ValueError: a count of `COUNTS` that is out of range (before anything is written).
       WorkdirError: naming every differing key.
     """
-    check_eval_settings(config)
+    check_counts(config)
     config_file = Path(workdir) / "config.json"
     new = not config_file.is_file()
     barrier("looked for config.json")  # several processes: all look before process 0 writes

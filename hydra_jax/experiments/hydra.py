@@ -136,6 +136,9 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, list]:
     start = time.perf_counter()
     (single,), study, base = baselines.trained(Path(config.base_workdir), indices=[0])
     settings = TrainSettings(**{**base.train.to_dict(), **config.member_train.to_dict()})
+    fused_settings = None  # optional: fine-tune the fused network as a whole
+    if config.fused_train.epochs > 0:  # checked here, before any member trains
+        fused_settings = TrainSettings(**{**settings.__dict__, **config.fused_train.to_dict()})
     common.claim_workdir(config, workdir)
     stages = {"load baselines": time.perf_counter() - start}
     record: dict[str, Any] = {}
@@ -151,9 +154,8 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, list]:
         )
         stages[f"{strategy}: fine-tune members"] = time.perf_counter() - start
         fused = ensembles.fuse(members)
-        if config.fused_train.epochs > 0:  # optional: fine-tune the fused network as a whole
+        if fused_settings is not None:
             start = time.perf_counter()
-            fused_settings = TrainSettings(**{**settings.__dict__, **config.fused_train.to_dict()})
             step_fn = shared_step(steps, fused, len(study.train), fused_settings)
             directory = workdir / "fused_training" / strategy
             fused = fit(fused, study.train, fused_settings, directory, step_fn=step_fn)

@@ -108,6 +108,7 @@ def head_sets(
 def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
     """Trains and publishes the dual encoder (resuming), then finds the member head sets."""
     workdir = Path(workdir)
+    settings = TrainSettings(**config.train.to_dict(), seed=baselines.training_seed(config, 0))
     common.claim_workdir(config, workdir)
     stages: dict[str, float] = {}
     if not (hf_dir(workdir) / "config.json").is_file():
@@ -117,7 +118,6 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
         features = text_features(model, encoder, config.templates)
         train_set = only_seen(config, common.load_split(config, config.data.id_set, "train",
                                                          config.data.train_limit))  # fmt: skip
-        settings = TrainSettings(**config.train.to_dict(), seed=baselines.training_seed(config, 0))
         trained = fit(model, train_set, settings, workdir / "training",
                       loss=locked_text_contrastive_loss(model, features),
                       trainable=lambda path: path[0] != "text_model")  # fmt: skip

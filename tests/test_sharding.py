@@ -195,9 +195,12 @@ def test_partition_rules():
 def test_mesh_sizes_are_checked(monkeypatch):
     with pytest.raises(ValueError, match="needs 16 devices; 8 available"):
         make_mesh(data=4, member=4)
-    with pytest.raises(ValueError, match="positive integers"):
-        make_mesh(data=0)
+    for size in (0, 2.0, True):
+        with pytest.raises(ValueError, match="positive integers"):
+            make_mesh(data=size)
     assert make_mesh(data=4).size == 4  # one process: a mesh over some devices is fine
+    assert make_mesh(data=np.int64(2), heads=np.int32(2)).shape == {"data": 2, "member": 1,
+                                                                   "heads": 2}  # fmt: skip
     # With several processes (as tests/multiprocess_worker.py checks on 2 real ones), a mesh
     # that leaves devices, and so processes, out is refused before any work.
     monkeypatch.setattr(jax, "process_count", lambda: 2)

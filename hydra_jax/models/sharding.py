@@ -63,9 +63,14 @@ def make_mesh(
         processes, fewer.
     """
     sizes = {"data": data, "member": member, "heads": heads}
-    bad = {k: v for k, v in sizes.items() if not isinstance(v, int) or v < 1}
+    bad = {
+        k: v
+        for k, v in sizes.items()
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1
+    }
     if bad:
         raise ValueError(f"mesh axis sizes must be positive integers, got {bad}")
+    data, member, heads = (int(v) for v in sizes.values())  # NumPy integers too
     devices = list(jax.devices() if devices is None else devices)
     needed = data * member * heads
     if needed > len(devices):

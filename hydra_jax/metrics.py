@@ -44,9 +44,15 @@ def _check_distributions(members: np.ndarray, atol: float = 1e-3) -> None:
     if negative.size or off.size:
         bad = negative if negative.size else off
         what = "negative values" if negative.size else f"rows summing to {sums[bad[0]].tolist()}"
+        near = not negative.size and np.abs(sums[off] - 1).max() < 0.02
+        hint = (  # a bf16 softmax sums to 1 within about 0.5%
+            "a softmax computed in bf16 or float16? compute it in float32"
+            if near
+            else "pass softmax(logits), not logits"
+        )
         raise ValueError(
             f"probs are not probabilities: examples {bad[:5].tolist()} have {what} "
-            f"(tolerance {atol}); pass softmax(logits), not logits"
+            f"(tolerance {atol}); {hint}"
         )
 
 

@@ -84,9 +84,12 @@ def test_logits_and_unnormalised_rows_are_refused_with_a_softmax_hint():
     logits = np.log(HAND_PROBS) + 1.5  # rows of logits: negative and not summing to 1
     with pytest.raises(ValueError, match=r"not probabilities: .*negative.*softmax\(logits\)"):
         metrics.classification(logits, HAND_LABELS)
-    scaled = HAND_PROBS * 1.01  # non-negative, but rows sum to 1.01
-    with pytest.raises(ValueError, match=r"examples \[0, 1, 2, 3\] have rows summing to"):
+    scaled = HAND_PROBS * 1.01  # non-negative, but rows sum to 1.01: a low-precision softmax?
+    with pytest.raises(ValueError, match=r"examples \[0, 1, 2, 3\] have rows summing to .* "
+                                         r"bf16 or float16\? compute it in float32"):  # fmt: skip
         metrics.classification(scaled, HAND_LABELS)
+    with pytest.raises(ValueError, match=r"rows summing to \[1\.1.*softmax\(logits\)"):
+        metrics.classification(HAND_PROBS * 1.1, HAND_LABELS)
     members = np.stack([HAND_PROBS, HAND_PROBS], axis=1)
     members[2, 1] = [0.5, 0.6]  # one member of one example
     with pytest.raises(ValueError, match=r"examples \[2\] have rows summing"):

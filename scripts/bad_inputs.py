@@ -686,6 +686,12 @@ def cases(tmp: Path) -> list[Case]:
             "data.train_limit must be a non-negative integer",
         ),
         (
+            "a token set with fewer labels than sentences",
+            lambda: TokenizedSet(list(ids), labels[:2]),
+            V,
+            "labels must be [N], one per token array",
+        ),
+        (
             "a token cap below [CLS] and [SEP]",
             lambda: TextEncoder(hj.minilm_l6_path(), max_tokens=1),
             V,

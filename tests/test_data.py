@@ -7,7 +7,7 @@ import pytest
 
 import hydra_jax as hj
 from hydra_jax import data
-from hydra_jax.data import TextEncoder, epoch_batches, eval_batches, pad_batch
+from hydra_jax.data import TextEncoder, TokenizedSet, epoch_batches, eval_batches, pad_batch
 
 
 def test_movie_review_splits_and_labels(synthetic_data_dir):
@@ -70,6 +70,18 @@ def test_encoder_uses_checkpoint_tokenizer_without_its_fixed_padding():
     assert long.size == 64 and long[-1] == 102  # truncated to the cap, [SEP] kept
     (least,) = TextEncoder(hj.minilm_l6_path(), max_tokens=3)(["word " * 9])
     assert least.size == 3 and least[0] == 101 and least[-1] == 102  # [CLS] word [SEP]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "labels", "message"),
+    [([np.arange(1, 4)] * 5, np.arange(2), "got 5 token arrays and labels of shape \\(2,\\)"),
+     ([np.arange(1, 4)] * 2, np.zeros((2, 1), int), "labels of shape \\(2, 1\\)"),
+     ([np.arange(1, 4), np.array([], np.int32)], np.arange(2), "examples \\[1\\] are not"),
+     ([np.ones((2, 3), np.int32)], np.arange(1), "examples \\[0\\] are not")],
+)  # fmt: skip
+def test_a_token_set_refuses_labels_that_do_not_match_and_empty_sequences(tokens, labels, message):
+    with pytest.raises(ValueError, match=message):
+        TokenizedSet(tokens, labels)
 
 
 @pytest.mark.parametrize("max_tokens", [0, 1, 2, -3, 2.5])

@@ -77,6 +77,16 @@ class TokenizedSet:
     labels: np.ndarray
     pad_id: int = 0
 
+    def __post_init__(self) -> None:
+        if np.ndim(self.labels) != 1 or len(self.labels) != len(self.tokens):
+            raise ValueError(
+                f"labels must be [N], one per token array; got {len(self.tokens)} token arrays "
+                f"and labels of shape {np.shape(self.labels)}"
+            )
+        bad = [i for i, t in enumerate(self.tokens) if np.ndim(t) != 1 or np.size(t) == 0]
+        if bad:
+            raise ValueError(f"token arrays must be 1-D and non-empty; examples {bad[:5]} are not")
+
     def __len__(self) -> int:
         return len(self.tokens)
 

@@ -862,6 +862,18 @@ def _zero_shot_cases(bert: hj.Model, vit: hj.Model) -> list[Case]:
             "templates must contain",
         ),
         (
+            "zero-shot class names as one string",
+            lambda: hj.zero_shot(dual, "shirt", ["a {}"], tokenize),
+            ValueError,
+            "class_names must be a list of strings",
+        ),
+        (
+            "zero-shot class named twice",
+            lambda: hj.zero_shot(dual, ["a", "b", "a"], ["a {}"], tokenize),
+            ValueError,
+            "class names must be distinct",
+        ),
+        (
             "zero-shot on a classifier",
             lambda: hj.zero_shot(bert, ["a", "b"], ["a {}"], tokenize),
             TypeError,

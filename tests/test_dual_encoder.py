@@ -146,6 +146,12 @@ def test_zero_shot_refuses_bad_templates_and_models(dual):
     _, ours, encoder, _ = dual
     with pytest.raises(ValueError, match="must contain"):
         hj.zero_shot(ours, CLASSES, ["a photo"], encoder.pad)
+    with pytest.raises(ValueError, match="class_names must be a list of strings, got the one"):
+        hj.zero_shot(ours, "shirt", TEMPLATES, encoder.pad)  # would be 5 classes: s, h, i, ...
+    with pytest.raises(ValueError, match=r"templates must be a list of strings"):
+        hj.zero_shot(ours, CLASSES, "a photo of a {}.", encoder.pad)
+    with pytest.raises(ValueError, match=r"distinct; \['shirt'\] appear more than once"):
+        hj.zero_shot(ours, ["shirt", "coat", "shirt"], TEMPLATES, encoder.pad)
     with pytest.raises(TypeError, match="CLIP model or a dual encoder"):
         hj.zero_shot(hj.vision_tower(ours), CLASSES, TEMPLATES, encoder.pad)
 

@@ -31,10 +31,17 @@ def prompts(class_names: Sequence[str], templates: Sequence[str]) -> list[str]:
     """`template.format(name)` for every class (outer) and template (inner): `C * P` texts.
 
     Raises:
-      ValueError: no class name or no template, or a template without `{}`.
+      ValueError: no class name or no template, one string where a list of them is meant, a
+        class name twice (two classes no image could tell apart), or a template without `{}`.
     """
+    for name, given in (("class_names", class_names), ("templates", templates)):
+        if isinstance(given, str):  # its characters would be read as names or templates
+            raise ValueError(f"{name} must be a list of strings, got the one string {given!r}")
     if not class_names or not templates:
         raise ValueError("zero-shot classification needs at least one class name and template")
+    repeated = sorted({n for n in class_names if list(class_names).count(n) > 1})
+    if repeated:
+        raise ValueError(f"class names must be distinct; {repeated} appear more than once")
     bad = [t for t in templates if "{}" not in t]
     if bad:
         raise ValueError(f"templates must contain '{{}}' for the class name: {bad}")

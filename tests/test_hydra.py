@@ -184,6 +184,9 @@ def test_fused_vision_members_equal_members_run_alone(vision_models, family):
 def test_fused_model_saves_and_restores(base, head_sets, vision_models, tmp_path):
     model, batch = base
     fused = hydra.fuse(hydra.members_from(model, head_sets))
+    with pytest.raises(hj.ConversionError, match=r"HF format for a HydraConfig.*hj\.save_model"):
+        hj.save_pretrained(fused, tmp_path / "hf")  # refused before anything is written
+    assert not (tmp_path / "hf").exists()
     hj.save_model(fused, tmp_path / "hydra")
     restored = hj.load_model(tmp_path / "hydra")
     assert restored.config == fused.config

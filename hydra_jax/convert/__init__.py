@@ -66,7 +66,10 @@ def save_pretrained(model: Model, path: str | Path) -> None:
         DualEncoderConfig: dual_encoder.export,
     }
     if type(model.config) not in exporters:
-        raise ConversionError(f"no HF exporter for {type(model.config).__name__}")
+        raise ConversionError(
+            f"no HF format for a {type(model.config).__name__} model (HF exports: BERT, ViT, "
+            f"ViT-BERT dual encoders); hj.save_model saves any model in our own format"
+        )
     exporters[type(model.config)](model, Path(path))
 
 

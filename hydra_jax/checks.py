@@ -7,12 +7,17 @@ import numpy as np
 _KIND = {0: "a non-negative integer", 1: "a positive integer"}
 
 
-def count(name: str, value: object, minimum: int = 1) -> int:
-    """`value` as an `int` of at least `minimum`, or a ValueError naming `name`.
+def is_count(value: object, minimum: int = 1) -> bool:
+    """Whether `value` is an integer of at least `minimum`.
 
     Python and NumPy integers pass; `bool`, floats and strings do not (`True` is not a count).
     """
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+    return not isinstance(value, bool) and isinstance(value, int | np.integer) and value >= minimum
+
+
+def count(name: str, value: object, minimum: int = 1) -> int:
+    """`value` as an `int` of at least `minimum` (`is_count`), or a ValueError naming `name`."""
+    if not is_count(value, minimum):
         kind = _KIND.get(minimum, f"an integer of at least {minimum}")
         raise ValueError(f"{name} must be {kind}, got {value!r}")
     return int(value)

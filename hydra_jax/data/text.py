@@ -12,6 +12,9 @@ import tokenizers
 from hydra_jax import checks
 from hydra_jax.data.dataset import Batch
 
+# The least token cap: [CLS], a token, [SEP]. The tokenizer does not truncate below its special
+# tokens: a cap of 0 or 1 kept every sentence whole, and 2 left [CLS] [SEP] alone.
+MIN_TOKENS = 3
 PAD_MULTIPLE = 16  # pad T up to a multiple of this: few distinct shapes, so few XLA compiles
 
 
@@ -22,9 +25,7 @@ class TextEncoder:
     """
 
     def __init__(self, checkpoint: Path, max_tokens: int = 64):
-        # The tokenizer does not truncate below its special tokens: max_tokens 0 or 1 kept every
-        # sentence whole, and 2 left [CLS] [SEP] alone.
-        checks.count("max_tokens ([CLS], a token, [SEP])", max_tokens, minimum=3)
+        checks.count("max_tokens ([CLS], a token, [SEP])", max_tokens, minimum=MIN_TOKENS)
         self.tokenizer = tokenizers.Tokenizer.from_file(str(Path(checkpoint) / "tokenizer.json"))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_tokens)

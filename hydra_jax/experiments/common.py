@@ -22,6 +22,7 @@ from flax import traverse_util
 from hydra_jax import checks, data, metrics
 from hydra_jax.convert import from_pretrained, minilm_l6_path, save_pretrained
 from hydra_jax.data import Dataset, TextEncoder, TokenizedSet, random_tokens
+from hydra_jax.data.text import MIN_TOKENS
 from hydra_jax.evaluation import (
     Method,
     cost,
@@ -78,7 +79,7 @@ COUNTS = {
                      "ensemble_size", "mc_dropout_samples", "num_members", "calibration_size"], 1),
     **dict.fromkeys(["data.train_limit", "data.eval_limit", "data.ood_limit", "data.shift_limit",
                      "train_limit", "eval_limit", "ood_limit"], 0),  # 0: the whole split
-    "data.max_tokens": 3,  # [CLS], a token, [SEP]
+    "data.max_tokens": MIN_TOKENS,  # [CLS], a token, [SEP]
 }  # fmt: skip
 
 

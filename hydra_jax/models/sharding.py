@@ -36,6 +36,8 @@ from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from hydra_jax import checks
+
 AXES = ("data", "member", "heads")
 Item = TypeVar("Item")
 
@@ -63,11 +65,7 @@ def make_mesh(
         processes, fewer.
     """
     sizes = {"data": data, "member": member, "heads": heads}
-    bad = {
-        k: v
-        for k, v in sizes.items()
-        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1
-    }
+    bad = {k: v for k, v in sizes.items() if not checks.is_count(v)}
     if bad:
         raise ValueError(f"mesh axis sizes must be positive integers, got {bad}")
     data, member, heads = (int(v) for v in sizes.values())  # NumPy integers too

@@ -10,6 +10,7 @@ then treat the tower as any classifier.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -39,7 +40,7 @@ def prompts(class_names: Sequence[str], templates: Sequence[str]) -> list[str]:
             raise ValueError(f"{name} must be a list of strings, got the one string {given!r}")
     if not class_names or not templates:
         raise ValueError("zero-shot classification needs at least one class name and template")
-    repeated = sorted({n for n in class_names if list(class_names).count(n) > 1})
+    repeated = sorted(n for n, times in Counter(class_names).items() if times > 1)
     if repeated:
         raise ValueError(f"class names must be distinct; {repeated} appear more than once")
     bad = [t for t in templates if "{}" not in t]

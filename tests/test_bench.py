@@ -9,8 +9,10 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
 from hydra_jax.models.attention import Attention, padding_bias
+from hydra_jax.testing import assert_close
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from bench import accelerator, scoring
@@ -43,10 +45,11 @@ def test_attention_bench_compares_the_same_function():
     grad = jax.grad(lambda p: jnp.sum(ours(p) ** 2))(params)
     for formulation in (head_major_normalised, token_major):
         before = lambda p, f=formulation: f(p, x, bias, K)  # noqa: E731
-        np.testing.assert_allclose(ours(params), before(params), atol=1e-6)
+        assert_close(ours(params), before(params))  # other programs, the same function
         grad_before = jax.grad(lambda p, f=before: jnp.sum(f(p) ** 2))(params)
-        for a, b in zip(*map(jax.tree.leaves, (grad, grad_before)), strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+        # As one vector: the key bias's exact gradient is 0 (softmax ignores a shift per query),
+        # so its float32 values are rounding noise of the other gradients' scale.
+        assert_close(ravel_pytree(grad)[0], ravel_pytree(grad_before)[0])
 
 
 def test_scoring_bench_runs_on_a_small_batch(capsys):

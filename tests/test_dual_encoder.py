@@ -11,13 +11,13 @@ import pytest
 import hydra_jax as hj
 from hydra_jax import hydra
 from hydra_jax.data import TextEncoder
+from hydra_jax.testing import assert_close
 
 torch = pytest.importorskip("torch", reason="torch is not installed: PyTorch parity skipped")
 transformers = pytest.importorskip("transformers")
 
 from hf_reference import masked_heads, to_numpy  # noqa: E402
 
-ATOL = 1e-5
 CLASSES = ["t-shirt", "trouser", "ankle boot"]
 TEMPLATES = ["a photo of a {}.", "a black and white photo of a {}."]
 
@@ -71,8 +71,7 @@ def test_dual_encoder_parity_with_transformers(dual):
         out = ours(**batch, pixel_values=pixels, vision_head_mask=vision_mask,
                    text_head_mask=text_mask)  # fmt: skip
         for name in ("image_embeds", "text_embeds", "logits_per_image", "logits_per_text"):
-            np.testing.assert_allclose(getattr(out, name), to_numpy(getattr(expected, name)),
-                                       atol=ATOL, err_msg=name)  # fmt: skip
+            assert_close(getattr(out, name), to_numpy(getattr(expected, name)), err_msg=name)
 
 
 def test_dual_encoder_exports_what_transformers_loads(dual, tmp_path):
@@ -85,8 +84,7 @@ def test_dual_encoder_exports_what_transformers_loads(dual, tmp_path):
         expected = again(**{k: torch.tensor(v) for k, v in batch.items()},
                          pixel_values=torch.tensor(pixels))  # fmt: skip
     out = changed(**batch, pixel_values=pixels)
-    np.testing.assert_allclose(out.logits_per_image, to_numpy(expected.logits_per_image),
-                               atol=ATOL)  # fmt: skip
+    assert_close(out.logits_per_image, to_numpy(expected.logits_per_image))
     assert hj.from_pretrained(tmp_path).config == ours.config
 
 
@@ -117,8 +115,7 @@ def direct_zero_shot(ref, tokenize, pixels: np.ndarray, clip: bool = False) -> n
 def test_zero_shot_logits_equal_a_direct_computation(dual):
     ref, ours, encoder, pixels = dual
     classifier = hj.zero_shot(ours, CLASSES, TEMPLATES, encoder.pad)
-    np.testing.assert_allclose(classifier(pixel_values=pixels).logits,
-                               direct_zero_shot(ref, encoder.pad, pixels), atol=ATOL)  # fmt: skip
+    assert_close(classifier(pixel_values=pixels).logits, direct_zero_shot(ref, encoder.pad, pixels))
 
 
 def test_zero_shot_on_a_tiny_random_clip(tmp_path):
@@ -139,7 +136,7 @@ def test_zero_shot_on_a_tiny_random_clip(tmp_path):
     pixels = np.random.default_rng(7).normal(size=(3, 1, 14, 14)).astype(np.float32)
     classifier = hj.zero_shot(hj.from_pretrained(tmp_path), CLASSES, TEMPLATES, encoder.pad)
     expected = direct_zero_shot(ref, encoder.pad, pixels, clip=True)
-    np.testing.assert_allclose(classifier(pixel_values=pixels).logits, expected, atol=ATOL)
+    assert_close(classifier(pixel_values=pixels).logits, expected)
 
 
 def test_zero_shot_refuses_bad_templates_and_models(dual):
@@ -166,6 +163,6 @@ def test_fused_zero_shot_hydra_equals_members_run_alone(dual):
     logits = np.asarray(fused(pixel_values=pixels).logits)  # [B, M, C]
     assert logits.shape == (4, 3, len(CLASSES))
     for m, member in enumerate(members):
-        np.testing.assert_allclose(logits[:, m], member(pixel_values=pixels).logits, atol=1e-5)
+        assert_close(logits[:, m], member(pixel_values=pixels).logits)
         masked = classifier(pixel_values=pixels, head_mask=sets[m].astype(np.float32)).logits
-        np.testing.assert_allclose(logits[:, m], masked, atol=1e-5)
+        assert_close(logits[:, m], masked)

@@ -3,20 +3,15 @@ scoring one did once); the attention benchmark times the same function in three 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from hydra_jax.models.attention import Attention, padding_bias
-from hydra_jax.testing import assert_close
-
-sys.path.insert(0, str(Path(__file__).parent.parent))
 from bench import accelerator, scoring
 from bench.attention import head_major_normalised, token_major
+from hydra_jax.models.attention import Attention, padding_bias
+from hydra_jax.testing import assert_close
 
 
 def test_accelerator_bench_runs_at_tiny_shapes(capsys):

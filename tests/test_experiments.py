@@ -18,15 +18,7 @@ from launch import run_processes
 from test_sharding import assert_trained_params_close
 
 import hydra_jax as hj
-from hydra_jax import metrics
-from hydra_jax.data import random_tokens
-from hydra_jax.evaluation import method_metrics, predict, softmax, xla_flops
-from hydra_jax.experiments import ablations, baselines, common, hydra, pruning, zero_shot
-from hydra_jax.models import BertConfig, EncoderConfig
-
-REPO = Path(__file__).parent.parent
-sys.path.insert(0, str(REPO))
-from configs import (  # noqa: E402
+from configs import (
     ablate_vit_fmnist,
     hydra_minilm_mr,
     hydra_vit_fmnist,
@@ -35,6 +27,13 @@ from configs import (  # noqa: E402
     vit_fmnist,
     zero_shot_fmnist,
 )
+from hydra_jax import metrics
+from hydra_jax.data import random_tokens
+from hydra_jax.evaluation import method_metrics, predict, softmax, xla_flops
+from hydra_jax.experiments import ablations, baselines, common, hydra, pruning, zero_shot
+from hydra_jax.models import BertConfig, EncoderConfig
+
+REPO = Path(__file__).parent.parent
 
 L, N = 3, 4  # tiny: 3 layers of 4 heads (2 per member), width 20
 # A bf16 evaluation of the smoke run against its fp32 results (96 test sentences: one changed

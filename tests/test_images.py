@@ -4,8 +4,6 @@ ViT loading in `transformers` with our logits."""
 from __future__ import annotations
 
 import gzip
-import sys
-from pathlib import Path
 
 import chex
 import jax
@@ -14,13 +12,11 @@ import pytest
 from synthetic_images import TEST, TRAIN, class_images, idx_bytes
 
 import hydra_jax as hj
+from configs import vit_fmnist
 from hydra_jax import data
 from hydra_jax.data import image_builder, image_sources
 from hydra_jax.experiments import common
 from hydra_jax.testing import assert_close
-
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from configs import vit_fmnist
 
 
 def test_read_idx_round_trips_and_names_a_bad_file(tmp_path):

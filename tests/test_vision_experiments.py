@@ -5,19 +5,15 @@ the published directories."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import chex
 import numpy as np
 import pytest
 
 import hydra_jax as hj
+from configs import ablate_vit_fmnist, hydra_vit_fmnist, prune_vit_fmnist, vit_fmnist
 from hydra_jax import metrics
 from hydra_jax.experiments import ablations, baselines, hydra, pruning
-
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from configs import ablate_vit_fmnist, hydra_vit_fmnist, prune_vit_fmnist, vit_fmnist
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,6 @@ computation."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import chex
 import jax
@@ -15,13 +13,11 @@ import numpy as np
 import pytest
 
 import hydra_jax as hj
+from configs import zero_shot_fmnist
 from hydra_jax import metrics
 from hydra_jax.evaluation import seeds
 from hydra_jax.experiments import zero_shot
 from hydra_jax.training import locked_text_contrastive_loss
-
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from configs import zero_shot_fmnist
 
 
 @pytest.fixture(scope="module")

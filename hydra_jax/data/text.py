@@ -37,20 +37,38 @@ class TextEncoder:
         """Token ids (with [CLS] ... [SEP]) per text, at most `max_tokens` each."""
         return [np.array(e.ids, np.int32) for e in self.tokenizer.encode_batch(texts)]
 
+    def encode(
+        self, texts: list[str], pairs: list[str] | None = None
+    ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+        """Token ids per text, and with `pairs` (sentence pairs: [CLS] a [SEP] b [SEP]) the
+        token type ids (0 for the first text, 1 for the second; None without pairs)."""
+        if pairs is None:
+            return self(texts), None
+        if len(pairs) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(pairs)} second texts")
+        encodings = self.tokenizer.encode_batch(list(zip(texts, pairs, strict=True)))
+        return ([np.array(e.ids, np.int32) for e in encodings],
+                [np.array(e.type_ids, np.int32) for e in encodings])  # fmt: skip
+
     def pad(self, texts: list[str]) -> dict[str, np.ndarray]:
         """`texts` as one padded batch (`pad_batch`): a tokenizer for `hj.zero_shot`."""
         return pad_batch(self(texts), self.pad_id)
 
 
 def pad_batch(
-    tokens: list[np.ndarray], pad_id: int, batch_size: int | None = None, length: int = 0
+    tokens: list[np.ndarray],
+    pad_id: int,
+    batch_size: int | None = None,
+    length: int = 0,
+    type_ids: list[np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Pads token lists into `input_ids`, `attention_mask`, `token_type_ids` `[B, T]`.
 
     T is the longest sequence (or `length`, if longer: the rows one process loads of a global
     batch pad as the whole batch does) rounded up to `PAD_MULTIPLE`. With `batch_size`, the batch is
     filled up to that many rows by repeating the first sequence (callers keep `len(tokens)`
-    rows of the output), so the last, short batch reuses the compiled program.
+    rows of the output), so the last, short batch reuses the compiled program. `type_ids`
+    (sentence pairs) fill `token_type_ids` (zeros without them).
 
     Raises:
       ValueError: an empty batch or an empty sequence (nothing to attend to).
@@ -64,19 +82,27 @@ def pad_batch(
     T = -(-longest // PAD_MULTIPLE) * PAD_MULTIPLE
     ids = np.full((len(rows), T), pad_id, np.int32)
     mask = np.zeros((len(rows), T), np.int32)
+    types = np.zeros_like(ids)
+    type_rows = (
+        None if type_ids is None else list(type_ids) + [type_ids[0]] * (len(rows) - len(tokens))
+    )
     for i, t in enumerate(rows):
         ids[i, : t.size] = t
         mask[i, : t.size] = 1
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        if type_rows is not None:
+            types[i, : t.size] = type_rows[i]
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
 @dataclasses.dataclass(frozen=True)
 class TokenizedSet:
-    """Token id arrays (ragged) and integer labels `[N]`: the text `Dataset`."""
+    """Token id arrays (ragged) and integer labels `[N]`: the text `Dataset`; for sentence
+    pairs, token type ids shaped as the token ids (`type_ids`; None: all 0)."""
 
     tokens: list[np.ndarray]
     labels: np.ndarray
     pad_id: int = 0
+    type_ids: list[np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         if np.ndim(self.labels) != 1 or len(self.labels) != len(self.tokens):
@@ -87,6 +113,10 @@ class TokenizedSet:
         bad = [i for i, t in enumerate(self.tokens) if np.ndim(t) != 1 or np.size(t) == 0]
         if bad:
             raise ValueError(f"token arrays must be 1-D and non-empty; examples {bad[:5]} are not")
+        if self.type_ids is not None and [np.shape(t) for t in self.type_ids] != [
+            np.shape(t) for t in self.tokens
+        ]:
+            raise ValueError("type_ids must have one array per token array, of the same shape")
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -96,20 +126,29 @@ class TokenizedSet:
         return np.array([t.size for t in self.tokens])
 
     def take(self, index: np.ndarray) -> TokenizedSet:
-        return TokenizedSet([self.tokens[i] for i in index], self.labels[index], self.pad_id)
+        types = None if self.type_ids is None else [self.type_ids[i] for i in index]
+        return TokenizedSet([self.tokens[i] for i in index], self.labels[index], self.pad_id, types)
 
     def concat(self, other: Any) -> TokenizedSet:
         if not isinstance(other, TokenizedSet) or other.pad_id != self.pad_id:
             raise TypeError("only token sets with the same pad id concatenate")
-        return TokenizedSet(self.tokens + other.tokens,
-                            np.concatenate([self.labels, other.labels]), self.pad_id)  # fmt: skip
+        types = None
+        if self.type_ids is not None or other.type_ids is not None:
+            types = [*_types_of(self), *_types_of(other)]
+        labels = np.concatenate([self.labels, other.labels])
+        return TokenizedSet(self.tokens + other.tokens, labels, self.pad_id, types)
 
     def batch(self, index: np.ndarray, batch_size: int | None = None, length: int = 0) -> Batch:
-        batch = pad_batch([self.tokens[i] for i in index], self.pad_id, batch_size, length)
+        types = None if self.type_ids is None else [self.type_ids[i] for i in index]
+        batch = pad_batch([self.tokens[i] for i in index], self.pad_id, batch_size, length, types)
         labels = self.labels[index]
         if batch_size is not None:
             labels = np.concatenate([labels, np.repeat(labels[:1], batch_size - len(index))])
         return {**batch, "labels": labels}
+
+
+def _types_of(data: TokenizedSet) -> list[np.ndarray]:
+    return data.type_ids if data.type_ids is not None else [np.zeros_like(t) for t in data.tokens]
 
 
 def random_tokens(rng: np.random.Generator, batch_size: int, tokens: int) -> Batch:

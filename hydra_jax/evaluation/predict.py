@@ -92,9 +92,10 @@ def method_metrics(
             s: metrics.ood(id_scores[s], metrics.ood_score(probs, s, logits)) for s in scores
         }
         ood[name] = {**by_score["msp"], "by_score": by_score}
-    ood["mean"] = {
-        k: float(np.mean([ood[n][k] for n in ood_sets])) for k in ("auroc", "aupr", "fpr95")
-    }
+    if ood_sets:  # a study may have none (calibration only)
+        ood["mean"] = {
+            k: float(np.mean([ood[n][k] for n in ood_sets])) for k in ("auroc", "aupr", "fpr95")
+        }
     return {
         "id": metrics.classification(id_probs, predictions["labels"], num_bins),
         "ood": ood,

@@ -32,14 +32,18 @@ def markdown(results: dict[str, Any], title: str) -> str:
             f"| {_pct(m['aece'])} | {_pct(m['mce'])} | {m['entropy']:.4f} | {' | '.join(extra)} |"
         )
     ood_sets = [s for s in next(iter(methods.values()))["ood"] if s != "mean"]
-    lines += [
-        "",
-        "## OOD detection (MSP score; OOD is the positive class), AUROC / AUPR / FPR95 in %",
-        "",
-        "| method | " + " | ".join([*ood_sets, "mean"]) + " |",
-        "|---|" + "---|" * (len(ood_sets) + 1),
-    ]
-    for name, r in methods.items():
+    lines += (
+        []
+        if not ood_sets
+        else [
+            "",
+            "## OOD detection (MSP score; OOD is the positive class), AUROC / AUPR / FPR95 in %",
+            "",
+            "| method | " + " | ".join([*ood_sets, "mean"]) + " |",
+            "|---|" + "---|" * (len(ood_sets) + 1),
+        ]
+    )
+    for name, r in methods.items() if ood_sets else ():
         cells = [
             f"{_pct(r['ood'][s]['auroc'])} / {_pct(r['ood'][s]['aupr'])} / "
             f"{_pct(r['ood'][s]['fpr95'])}"

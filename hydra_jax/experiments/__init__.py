@@ -7,6 +7,7 @@
 | `hydra` | member head sets, member fine-tuning, fusion | Hydras beside the baselines |
 | `ablations` | members per ensemble size and head-set strategy | averaged vs per-member MLPs |
 | `zero_shot` | a dual encoder (locked text), zero-shot member head sets | zero-shot Hydras |
+| `custom` | your checkpoint on your data files: members, Hydras | every method named |
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from typing import Any
 
 import ml_collections
 
-from hydra_jax.experiments import ablations, baselines, common, hydra, pruning, zero_shot
+from hydra_jax.experiments import (
+    ablations,
+    baselines,
+    common,
+    custom,
+    hydra,
+    pruning,
+    zero_shot,
+)
 
 Stage = Callable[[ml_collections.ConfigDict, Path], Any]
 
@@ -27,6 +36,7 @@ EXPERIMENTS: dict[str, tuple[Stage, Stage]] = {
     "hydra": (hydra.train, hydra.evaluate),
     "ablations": (ablations.train, ablations.evaluate),
     "zero_shot": (zero_shot.train, zero_shot.evaluate),
+    "custom": (custom.train, custom.evaluate),
 }
 
 
@@ -38,5 +48,6 @@ def stages(config: ml_collections.ConfigDict) -> tuple[Stage, Stage]:
 
 
 __all__ = [
-    "EXPERIMENTS", "ablations", "baselines", "common", "hydra", "pruning", "stages", "zero_shot",
+    "EXPERIMENTS", "ablations", "baselines", "common", "custom", "hydra", "pruning", "stages",
+    "zero_shot",
 ]  # fmt: skip

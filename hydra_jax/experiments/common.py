@@ -8,9 +8,15 @@ the differing keys named, and `config.json` is never rewritten.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
+import os
+import socket
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +50,46 @@ ADDED_KEYS = {"eval.dtype": "float32"}
 
 
 class WorkdirError(ValueError):
-    """A workdir that belongs to another config, or that a stage needs and lacks."""
+    """A workdir that belongs to another config, that a stage needs and lacks, or that another
+    run is using."""
+
+
+LOCK_FILE = ".lock"
+
+
+@contextlib.contextmanager
+def hold_workdir(workdir: Path, create: bool = True) -> Iterator[None]:
+    """Holds `workdir` exclusively while a stage runs: a second `train.py` or `evaluate.py` on it
+    is refused, naming the process that holds it, and touches nothing of the first run.
+
+    The lock is the operating system's (`flock` on `workdir/.lock`): it is released when the
+    holder exits, killed or not, so a stale lock file never blocks a restart. Only process 0
+    takes it (the processes of one run share the workdir). With `create=False`, a missing
+    workdir is left missing (the stage reports it).
+    """
+    workdir = Path(workdir)
+    if not is_primary() or not (create or workdir.is_dir()):
+        yield
+        return
+    workdir.mkdir(parents=True, exist_ok=True)
+    with (workdir / LOCK_FILE).open("a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            raise WorkdirError(
+                f"{workdir} is in use by {holder}: wait for that run to end, or use another "
+                "--workdir"
+            ) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"process {os.getpid()} on {socket.gethostname()} ({' '.join(sys.argv)})\n")
+        lock.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def flat(config: ml_collections.ConfigDict | dict) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from hydra_jax.training import TrainSettings, fit, make_optimizer, make_train_st
 # Strategies whose member 0 alone is also a method (`pruned_STRATEGY`): one pruned model at the
 # members' ratio. `pruned_circuit` (one circuit, fine-tuned) stands in for the paper's CircAvg.
 PRUNED = ("taylor", "hies", "circuit")
+STRATEGIES = ("taylor", "circuit", "hies", "stratified")  # `head_sets`' member strategies
 
 
 def validation_sets(base: ml_collections.ConfigDict) -> tuple[Dataset, Dataset]:
@@ -62,22 +64,16 @@ def member_uncertainty_sets(
     ]
 
 
-def uncertainty_sets(
-    config: ml_collections.ConfigDict, base: ml_collections.ConfigDict
-) -> list[UncertaintyBatches]:
-    """Per member m: half ID validation, half OOD validation (all OOD sets pooled), drawn with
-    member m's training seed."""
-    return member_uncertainty_sets(config, base, *validation_sets(base))
-
-
 def head_sets(
     config: ml_collections.ConfigDict,
     base: ml_collections.ConfigDict,
     strategy: str,
     single: Model,
     train: Any,
+    validation: Callable[[], tuple[Dataset, Dataset]] | None = None,
 ) -> np.ndarray:
-    """Member head sets `[M, L, N]` for one strategy."""
+    """Member head sets `[M, L, N]` for one strategy; `validation` gives the ID and pooled OOD
+    validation sets of circuit search (default: the embedded sets of `base`'s study)."""
     M = config.num_members
     n = single.config.encoder.num_heads[0] // M
     calibration = [
@@ -91,7 +87,8 @@ def head_sets(
     if strategy == "stratified":
         return ensembles.stratified_head_sets(his_and_entropy(single, calibration[0])[0], M)
     if strategy == "circuit":
-        sets = uncertainty_sets(config, base)
+        id_val, ood_val = validation() if validation else validation_sets(base)
+        sets = member_uncertainty_sets(config, base, id_val, ood_val)
         return ensembles.circuit_head_sets(single, sets, config.circuit.objectives, n)
     raise ValueError(f"unknown member strategy {strategy!r}")
 
@@ -182,12 +179,12 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
                 f"{workdir} first"
             )
         available[f"hydra_{strategy}"] = functools.partial(
-            _method, f"hydra_{strategy}", path, config.eval.dtype
+            saved_method, f"hydra_{strategy}", path, config.eval.dtype
         )
         if strategy in PRUNED:
             pruned = workdir / "pruned" / strategy
             available[f"pruned_{strategy}"] = functools.partial(
-                _method, f"pruned_{strategy}", pruned, config.eval.dtype
+                saved_method, f"pruned_{strategy}", pruned, config.eval.dtype
             )
     start = time.perf_counter()
     base_methods = [m for m in ("single", "deep_ensemble", "mc_dropout") if m in config.methods]
@@ -204,6 +201,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]
     return common.evaluate_methods(config, workdir, to_evaluate, study, stages)
 
 
-def _method(name: str, path: Path, dtype: str) -> Method:
+def saved_method(name: str, path: Path, dtype: str) -> Method:
+    """The model `save_model` wrote to `path` as method `name`, computing in `dtype`."""
     model = with_dtype(load_model(path), dtype)  # a fused Hydra, or one pruned member
     return Method(name, logits_forward(model), model.params)

@@ -1,0 +1,258 @@
+"""Your model, your data: the whole comparison on a local checkpoint and your data files.
+
+`train(config, workdir)`: `ensemble_size` classifiers fine-tuned from `config.model` on
+`data.train` (member m with training seed `1000 * seed + m`; member 0 is `single`), each
+published as an HF directory `hf/member_M` with the checkpoint's tokenizer or image-processor
+files; then, for every strategy a `hydra_*` or `pruned_*` method names, member head sets from
+member 0, the members compacted, fine-tuned and fused (`fused/STRATEGY`; member 0 alone in
+`pruned/STRATEGY`). `evaluate(config, workdir)` loads those and evaluates `config.methods` on
+`data.test` and every OOD set. A checkpoint without a classifier gets one sized from the labels;
+one with a classifier keeps it, and the labels must fit it.
+
+Data sources are `KIND:LOCATION` specs (`hydra_jax.data.files`); `data.ood` and
+`data.ood_validation` are `NAME=SPEC` lists, comma-separated. Every split is read and checked
+before anything trains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+
+from hydra_jax import ensembles
+from hydra_jax.convert import from_pretrained, save_pretrained
+from hydra_jax.convert.native import CONFIG_FILE, save_model
+from hydra_jax.data import Dataset, TextEncoder, concat_all, files
+from hydra_jax.data.files import ClassNames, Columns, DataError
+from hydra_jax.experiments import baselines, common, hydra
+from hydra_jax.models import Model, with_classifier
+from hydra_jax.models.sharding import barrier, is_primary, to_host
+from hydra_jax.training import TrainSettings, fit, make_optimizer, make_train_step, schedule_length
+
+BASELINES = ("single", "deep_ensemble", "mc_dropout")
+# What a published member carries besides its weights: the checkpoint's preprocessing.
+PREPROCESSING_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                       "vocab.txt", "merges.txt", "vocab.json", "spm.model",
+                       "preprocessor_config.json")  # fmt: skip
+
+
+def method_names(config: ml_collections.ConfigDict) -> list[str]:
+    """`config.methods`, comma-separated (`single,deep_ensemble,hydra_taylor`)."""
+    names = [n.strip() for n in str(config.methods).split(",") if n.strip()]
+    known = {*BASELINES, *(f"{p}_{s}" for p in ("hydra", "pruned") for s in hydra.STRATEGIES)}
+    unknown = [n for n in names if n not in known]
+    if not names or unknown:
+        what = unknown or "no methods"
+        raise ValueError(f"config.methods: {what}; known: {', '.join(sorted(known))}")
+    return names
+
+
+def strategies(config: ml_collections.ConfigDict) -> list[str]:
+    """The member strategies that the methods need, in the order they are named."""
+    out = []
+    for name in method_names(config):
+        prefix, _, strategy = name.partition("_")
+        if prefix in ("hydra", "pruned") and strategy not in out:
+            out.append(strategy)
+    return out
+
+
+def named_specs(value: str, key: str) -> dict[str, str]:
+    """`NAME=SPEC,NAME=SPEC` as `{NAME: SPEC}` ("" is none)."""
+    out = {}
+    for item in filter(None, (s.strip() for s in str(value).split(","))):
+        name, sep, spec = item.partition("=")
+        if not sep or not name or not spec or name in out:
+            raise ValueError(f"{key}: {item!r} is not NAME=SPEC (names once each), e.g. "
+                             "news=jsonl:news.jsonl,photos=folder:photos/")  # fmt: skip
+        out[name] = spec
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class UserData:
+    """The study's sets, preprocessed, and the class names every split was labelled with."""
+
+    study: common.StudyData
+    classes: ClassNames
+    validation: Dataset | None  # ID validation (circuit search)
+    ood_validation: Dataset | None  # OOD validation, pooled (circuit search)
+
+
+def load(config: ml_collections.ConfigDict) -> UserData:
+    """Reads every split named by `config.data`, checks it, then preprocesses it with the
+    checkpoint's files; the limits cut fixed random subsets (seed 0).
+
+    Raises:
+      DataError: a split that cannot be used, named with its file and problem.
+    """
+    d, checkpoint = config.data, Path(config.model)
+    columns = Columns(d.text_column, d.pair_column, d.label_column)
+    data_dir = common.data_dir(config)
+    needs_validation = "circuit" in strategies(config)
+    if needs_validation and not (d.validation and d.ood_validation):
+        raise ValueError("the circuit strategy searches on validation data: set "
+                         "data.validation and data.ood_validation")  # fmt: skip
+    labelled = {"train": d.train, "test": d.test}
+    if needs_validation:
+        labelled["validation"] = d.validation
+    for key, spec in labelled.items():
+        if not spec:
+            raise ValueError(f"data.{key} is not set: give a source such as csv:{key}.csv")
+    raw = {key: files.read(spec, columns, data_dir) for key, spec in labelled.items()}
+    ood_specs = named_specs(d.ood, "data.ood")
+    ood_val_specs = named_specs(d.ood_validation, "data.ood_validation") if needs_validation else {}
+    ood = {n: files.read(s, columns, data_dir, labelled=False) for n, s in ood_specs.items()}
+    ood_val = [files.read(s, columns, data_dir, labelled=False) for s in ood_val_specs.values()]
+    kinds = {split.origin: split.is_images for split in [*raw.values(), *ood.values(), *ood_val]}
+    if len(set(kinds.values())) > 1:
+        images = sorted(o for o, is_images in kinds.items() if is_images)
+        raise DataError(f"text and images mixed in one study: images in {', '.join(images)}")
+    classes = ClassNames.build(raw["train"].labels, files.checkpoint_id2label(checkpoint),
+                               raw["train"].origin)  # fmt: skip
+    for split in raw.values():  # every label checked before anything is preprocessed
+        classes.encode(split.labels, split.origin)
+    encoder = None if raw["train"].is_images else TextEncoder(checkpoint, d.max_tokens)
+
+    def prepare(split: files.RawSplit, limit: int, labels: bool = True) -> Dataset:
+        if limit and limit < len(split):
+            index = np.sort(np.random.default_rng(0).permutation(len(split))[:limit])
+            split = dataclasses.replace(split, **{
+                f.name: [getattr(split, f.name)[i] for i in index]
+                for f in dataclasses.fields(split)
+                if f.name != "origin" and getattr(split, f.name) is not None
+            })  # fmt: skip
+        return files.to_dataset(split, checkpoint, classes if labels else None, encoder)
+
+    ood_limit = min((n for n in (d.eval_limit, d.ood_limit) if n), default=0)
+    study = common.StudyData(
+        train=prepare(raw["train"], d.train_limit),
+        test=prepare(raw["test"], d.eval_limit),
+        ood={name: prepare(split, ood_limit, labels=False) for name, split in ood.items()},
+    )
+    validation = prepare(raw["validation"], d.eval_limit) if needs_validation else None
+    pooled = concat_all([prepare(s, ood_limit, False) for s in ood_val]) if ood_val else None
+    return UserData(study, classes, validation, pooled)
+
+
+def initial_model(config: ml_collections.ConfigDict, classes: ClassNames, seed: int) -> Model:
+    """`config.model` as a classifier of `classes`: its own classifier where it has one (which
+    must have as many classes), else a new one initialised with `seed`."""
+    model = from_pretrained(Path(config.model))
+    C, own = len(classes.names), model.config.num_labels
+    if own and own != C:
+        raise DataError(f"the classifier of {config.model} has {own} classes but "
+                        f"{config.data.train} has {C}: {list(classes.names)}")  # fmt: skip
+    return model if own else with_classifier(model, C, jax.random.key(seed))
+
+
+def check_vocabulary(config: ml_collections.ConfigDict, model: Model) -> None:
+    """Refuses a tokenizer whose ids could fall outside the model's embedding table."""
+    tokenizer = Path(config.model) / "tokenizer.json"
+    if not tokenizer.is_file():
+        return
+    vocab = TextEncoder(Path(config.model), config.data.max_tokens).tokenizer.get_vocab_size()
+    table = getattr(model.config, "vocab_size", vocab)
+    if vocab > table:
+        raise ValueError(f"the tokenizer of {config.model} has {vocab} tokens but the model's "
+                         f"embedding table has {table} rows")  # fmt: skip
+
+
+def saved_path(workdir: Path, method: str) -> Path:
+    """Where `train` saves method `hydra_S` (the fused network) or `pruned_S` (member 0)."""
+    kind, strategy = method.split("_", 1)
+    return Path(workdir) / ("fused" if kind == "hydra" else "pruned") / strategy
+
+
+def publish(config: ml_collections.ConfigDict, model: Model, path: Path) -> None:
+    """`model` as an HF directory with the checkpoint's preprocessing files beside it."""
+    model = Model(model.config, jax.tree.map(to_host, model.params))
+    if is_primary():
+        save_pretrained(model, path)
+        for name in PREPROCESSING_FILES:
+            if (Path(config.model) / name).is_file():
+                shutil.copy(Path(config.model) / name, Path(path) / name)
+    barrier(f"published {path}")
+
+
+def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
+    """Fine-tunes the members, builds every Hydra the methods need (resuming where it stopped)."""
+    workdir = Path(workdir)
+    settings = TrainSettings(**config.train.to_dict())  # refused before the workdir is touched
+    member_settings = TrainSettings(**{**config.train.to_dict(), **config.member_train.to_dict()})
+    names = method_names(config)
+    start = time.perf_counter()
+    user = load(config)
+    common.claim_workdir(config, workdir)
+    stages = {"load data": time.perf_counter() - start}
+    train_set = user.study.train
+    members = range(config.ensemble_size if "deep_ensemble" in names else 1)
+    step_fn = None
+    for m in members:
+        start = time.perf_counter()
+        seed = baselines.training_seed(config, m)
+        model = initial_model(config, user.classes, seed)
+        if m == 0:
+            check_vocabulary(config, model)
+        if step_fn is None:
+            total = schedule_length(len(train_set), settings)[1]
+            step_fn = make_train_step(model, make_optimizer(settings, total))
+        model = fit(model, train_set, dataclasses.replace(settings, seed=seed),
+                    workdir / "members" / f"member_{m}", step_fn=step_fn)  # fmt: skip
+        publish(config, model, baselines.hf_dir(workdir, m))
+        if m == 0:
+            single = model
+        stages[f"train member {m} (seed {seed})"] = time.perf_counter() - start
+    record: dict[str, Any] = {}
+    steps: dict[Any, Any] = {}
+    validation = lambda: (user.validation, user.ood_validation)  # noqa: E731
+    for strategy in strategies(config):
+        start = time.perf_counter()
+        sets = hydra.head_sets(config, config, strategy, single, train_set, validation)
+        record[strategy] = sets.astype(int).tolist()
+        stages[f"{strategy}: head sets"] = time.perf_counter() - start
+        start = time.perf_counter()
+        hydra_members = hydra.fine_tuned_members(
+            single, sets, train_set, member_settings, config,
+            workdir / "hydra_members" / strategy, steps,
+        )  # fmt: skip
+        save_model(ensembles.fuse(hydra_members), saved_path(workdir, f"hydra_{strategy}"))
+        save_model(hydra_members[0], saved_path(workdir, f"pruned_{strategy}"))
+        stages[f"{strategy}: fine-tune members"] = time.perf_counter() - start
+    if is_primary():
+        (workdir / "classes.json").write_text(json.dumps(list(user.classes.names)))
+        (workdir / "head_sets.json").write_text(json.dumps(record))
+        (workdir / "train_timings.json").write_text(json.dumps(stages, indent=2))
+    barrier("wrote the training record")
+    return record
+
+
+def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
+    """Evaluates `config.methods` from the artefacts `train` wrote; trains nothing."""
+    workdir = Path(workdir)
+    common.check_workdir(config, workdir)
+    names = method_names(config)
+    start = time.perf_counter()
+    user = load(config)
+    stages = {"load data": time.perf_counter() - start}
+    stages.update(common.read_json(workdir / "train_timings.json", {}))
+    members = range(config.ensemble_size if "deep_ensemble" in names else 1)
+    saved = {n: saved_path(workdir, n) for n in names if n not in BASELINES}
+    for path in [*(baselines.hf_dir(workdir, m) for m in members), *saved.values()]:
+        if not any((path / f).is_file() for f in ("config.json", CONFIG_FILE)):
+            raise common.WorkdirError(f"{path} is missing: run train.py with this --config and "
+                                      f"--workdir {workdir} to the end first")  # fmt: skip
+    models = [from_pretrained(baselines.hf_dir(workdir, m)) for m in members]
+    base = [n for n in names if n in BASELINES]
+    available = {m.name: m for m in baselines.methods(config, models, base, config.eval.dtype)}
+    available |= {n: hydra.saved_method(n, p, config.eval.dtype) for n, p in saved.items()}
+    to_evaluate = [available[n] for n in names]
+    return common.evaluate_methods(config, workdir, to_evaluate, user.study, stages)

@@ -1,0 +1,175 @@
+"""configs/custom.py end to end on tiny files: a text encoder with CSV / JSON Lines files (string
+labels) from the command line, a ViT with image folders and `.npz` OOD sets, and a prepared TFDS
+dataset."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from PIL import Image
+
+import hydra_jax as hj
+from configs import custom as custom_config
+from hydra_jax.data.files import DataError
+from hydra_jax.experiments import custom
+from hydra_jax.models import BertConfig, EncoderConfig, ViTConfig
+
+REPO = Path(__file__).parent.parent
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
+                   "special_tokens_map.json")  # fmt: skip
+GOOD = ["a joy", "wonderful and warm", "a great film", "moving and funny", "superb acting"]
+BAD = ["dull", "a tedious mess", "boring and long", "awful script", "a waste of time"]
+
+
+@pytest.fixture(scope="module")
+def text_encoder_dir(tmp_path_factory) -> Path:
+    """A tiny BERT encoder without a classifier, with the MiniLM tokenizer."""
+    path = tmp_path_factory.mktemp("encoder")
+    config = BertConfig(EncoderConfig((3, 3), 9, 3, 11, "gelu", 1e-12, pre_norm=False),
+                        vocab_size=30522, max_positions=40, type_vocab_size=2)  # fmt: skip
+    hj.save_pretrained(hj.Model.init(config, jax.random.key(0)), path)
+    for name in TOKENIZER_FILES:
+        shutil.copy(hj.minilm_l6_path() / name, path / name)
+    return path
+
+
+def write_csv(path: Path, rows: list[tuple[str, str]]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        writer.writerows(rows)
+
+
+def test_text_study_from_the_command_line(tmp_path, text_encoder_dir):
+    rng = np.random.default_rng(0)
+    train = [(t, "good") for t in GOOD] * 2 + [(t, "bad") for t in BAD] * 2
+    write_csv(tmp_path / "train.csv", [train[i] for i in rng.permutation(len(train))])
+    test = [{"text": t, "label": "good" if t in GOOD else "bad"} for t in GOOD[:3] + BAD[:3]]
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in test))
+    (tmp_path / "news.jsonl").write_text(
+        "".join(json.dumps({"text": t}) + "\n" for t in ["rates rise", "storm hits coast"])
+    )
+    workdir = tmp_path / "run"
+    fields = [
+        f"--config.model={text_encoder_dir}",
+        f"--config.data.train=csv:{tmp_path / 'train.csv'}",
+        f"--config.data.test=jsonl:{tmp_path / 'test.jsonl'}",
+        f"--config.data.ood=news=jsonl:{tmp_path / 'news.jsonl'}",
+        "--config.methods=single,deep_ensemble,hydra_taylor",
+        "--config.num_members=3",
+        "--config.hies_alphas=(0.25,0.5,0.75)",
+    ]
+    for script in ("train.py", "evaluate.py"):
+        done = subprocess.run(
+            [sys.executable, script, "--config=configs/custom.py:smoke", f"--workdir={workdir}",
+             *fields], cwd=REPO, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((workdir / "results.json").read_text())
+    assert set(results["methods"]) == {"single", "deep_ensemble", "hydra_taylor"}
+    for name, result in results["methods"].items():
+        assert 0 <= result["id"]["acc"] <= 1 and np.isfinite(result["id"]["nll"]), name
+        assert set(result["ood"]) >= {"news"}, name
+        predictions = np.load(workdir / "predictions" / f"{name}.npz")
+        assert predictions["id_logits"].shape[0] == 6
+        assert predictions["ood_news_logits"].shape[0] == 2
+    assert json.loads((workdir / "classes.json").read_text()) == ["bad", "good"]
+    member = workdir / "hf" / "member_1"
+    assert (member / "tokenizer.json").is_file()  # a published member carries its tokenizer
+    assert hj.from_pretrained(member).config.num_labels == 2
+    hydra = hj.load_model(workdir / "fused" / "taylor")
+    assert hydra.config.num_members == 3
+
+
+def image_folder(root: Path, rng: np.random.Generator, n: int, size: int = 10) -> Path:
+    """`n` images per class: class `bright` light, class `dark` dark (learnable)."""
+    for label, low in (("bright", 150), ("dark", 0)):
+        (root / label).mkdir(parents=True)
+        for i in range(n):
+            pixels = rng.integers(low, low + 100, (size, size), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / label / f"{i}.png")
+    return root
+
+
+@pytest.fixture(scope="module")
+def vit_dir(tmp_path_factory) -> Path:
+    """A tiny grey-image ViT without a classifier; its processor resizes to 8 x 8."""
+    transformers = pytest.importorskip("transformers")
+    path = tmp_path_factory.mktemp("vit")
+    config = ViTConfig(EncoderConfig((2, 2), 8, 4, 10, "gelu", 1e-12, True), 8, 4, 1)
+    hj.save_pretrained(hj.Model.init(config, jax.random.key(1)), path)
+    processor = transformers.ViTImageProcessor(
+        size={"height": 8, "width": 8}, image_mean=[0.5], image_std=[0.5], do_convert_rgb=False
+    )
+    processor.save_pretrained(path)
+    return path
+
+
+def test_image_study_with_folders_and_npz_ood_sets(tmp_path, vit_dir):
+    rng = np.random.default_rng(1)
+    folders = {s: image_folder(tmp_path / s, rng, n) for s, n in (("train", 8), ("val", 4),
+                                                                  ("test", 4))}  # fmt: skip
+    np.savez(tmp_path / "noise.npz", images=rng.integers(0, 256, (6, 12, 12), dtype=np.uint8))
+    np.savez(tmp_path / "noise_val.npz", images=rng.integers(0, 256, (8, 9, 9), dtype=np.uint8))
+    config = custom_config.get_config("smoke")
+    config.model = str(vit_dir)
+    config.data.update(train=f"folder:{folders['train']}", validation=f"folder:{folders['val']}",
+                       test=f"folder:{folders['test']}", ood=f"noise=npz:{tmp_path / 'noise.npz'}",
+                       ood_validation=f"noise=npz:{tmp_path / 'noise_val.npz'}")  # fmt: skip
+    config.methods = "single,hydra_circuit"
+    custom.train(config, tmp_path / "run")
+    results = custom.evaluate(config, tmp_path / "run")
+    assert set(results["methods"]) == {"single", "hydra_circuit"}
+    assert (tmp_path / "run" / "pruned" / "circuit").is_dir()  # member 0 alone, saved too
+    sets = json.loads((tmp_path / "run" / "head_sets.json").read_text())["circuit"]
+    assert np.array(sets).shape == (2, 2, 2)  # [M, L, N]: members of one head per layer
+    assert np.all(np.array(sets).sum(-1) == 1)
+    assert results["methods"]["single"]["ood"]["noise"]["auroc"] >= 0
+    # No validation data for the circuit strategy: refused before anything is written.
+    config.data.ood_validation = ""
+    with pytest.raises(ValueError, match=r"set data\.validation and data\.ood_validation"):
+        custom.train(config, tmp_path / "other")
+    assert not (tmp_path / "other").exists()
+
+
+def test_a_prepared_tfds_dataset_feeds_the_study(tmp_path, text_encoder_dir, synthetic_data_dir):
+    hj.data.load("movie_reviews", "test", synthetic_data_dir)  # prepares the embedded builder
+    config = custom_config.get_config("smoke")
+    config.model = str(text_encoder_dir)
+    config.data_dir = str(synthetic_data_dir)
+    config.data.update(train="tfds:vader_sentences/movie_reviews:train",
+                       test="tfds:vader_sentences/movie_reviews:test",
+                       train_limit=16, eval_limit=8)  # fmt: skip
+    config.methods = "single"
+    custom.train(config, tmp_path / "run")
+    results = custom.evaluate(config, tmp_path / "run")
+    assert set(results["methods"]) == {"single"}
+    assert json.loads((tmp_path / "run" / "classes.json").read_text()) == ["0", "1"]
+
+
+def test_bad_study_data_is_refused_before_training(tmp_path, text_encoder_dir):
+    write_csv(tmp_path / "train.csv", [("fine", "good"), ("dull", "bad")])
+    write_csv(tmp_path / "test.csv", [("fine", "good"), ("meh", "so-so")])
+    config = custom_config.get_config("smoke")
+    config.model = str(text_encoder_dir)
+    config.data.update(train=f"csv:{tmp_path / 'train.csv'}", test=f"csv:{tmp_path / 'test.csv'}")
+    config.methods = "single"
+    with pytest.raises(DataError, match=r"test\.csv: row 2 has label 'so-so', not one of the 2"):
+        custom.train(config, tmp_path / "run")
+    config.data.test = f"npz:{tmp_path / 'images.npz'}"
+    np.savez(tmp_path / "images.npz", images=np.zeros((2, 4, 4), np.uint8), labels=[0, 1])
+    with pytest.raises(DataError, match=r"text and images mixed in one study: images in .*npz"):
+        custom.train(config, tmp_path / "run")
+    config.data.test = f"csv:{tmp_path / 'train.csv'}"
+    config.methods = "single,hydra_magic"
+    with pytest.raises(ValueError, match=r"config.methods: \['hydra_magic'\]; known: "):
+        custom.train(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

@@ -12,7 +12,6 @@ import json
 import logging
 import math
 import numbers
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from flax import struct
+from tensorboardX import SummaryWriter
 from tqdm.auto import tqdm
 
 from hydra_jax.data import Dataset, loader
@@ -104,19 +104,54 @@ def _decay_mask(params: Any) -> Any:
     )
 
 
-def make_optimizer(
-    settings: TrainSettings, total_steps: int, trainable: Trainable | None = None
-) -> optax.GradientTransformation:
-    """AdamW with global-norm clipping, linear warm-up and decay; with `trainable`, parameters
-    it rejects get no update at all (no weight decay, no optimiser state)."""
+def learning_rate_schedule(settings: TrainSettings, total_steps: int) -> optax.Schedule:
+    """Linear warm-up over `warmup_fraction` of the steps, then linear decay to 0."""
     warmup = int(settings.warmup_fraction * total_steps)
-    schedule = optax.join_schedules(
+    return optax.join_schedules(
         [
             optax.linear_schedule(0.0, settings.learning_rate, max(warmup, 1)),
             optax.linear_schedule(settings.learning_rate, 0.0, max(total_steps - warmup, 1)),
         ],
         [warmup],
     )
+
+
+class TrainingLog:
+    """What a run logs every `log_every` steps: `metrics.jsonl` (one JSON record a line) and
+    TensorBoard event files in `tensorboard/` (scalars `train/KEY`), both in the run's workdir.
+    Only process 0 writes. A run resumed at step s drops its records of later steps (they are
+    run again): from `metrics.jsonl` here, from TensorBoard's view through the event files'
+    purge step."""
+
+    def __init__(self, workdir: Path, start: int, primary: bool):
+        self.file, self.board = None, None
+        if primary:
+            _truncate_log(workdir / "metrics.jsonl", start)
+            self.file = (workdir / "metrics.jsonl").open("a")
+            self.board = SummaryWriter(str(workdir / "tensorboard"), purge_step=start + 1)
+
+    def write(self, record: dict[str, float]) -> None:
+        if self.file is None or self.board is None:
+            return
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+        step = int(record["step"])
+        for key, value in record.items():
+            if key != "step":
+                self.board.add_scalar(f"train/{key}", value, step)
+
+    def close(self) -> None:
+        if self.file is not None and self.board is not None:
+            self.file.close()
+            self.board.close()
+
+
+def make_optimizer(
+    settings: TrainSettings, total_steps: int, trainable: Trainable | None = None
+) -> optax.GradientTransformation:
+    """AdamW with global-norm clipping, linear warm-up and decay; with `trainable`, parameters
+    it rejects get no update at all (no weight decay, no optimiser state)."""
+    schedule = learning_rate_schedule(settings, total_steps)
     optimizer = optax.chain(
         optax.clip_by_global_norm(settings.max_grad_norm),
         optax.adamw(schedule, weight_decay=settings.weight_decay, mask=_decay_mask),
@@ -299,7 +334,7 @@ def fit(
       model: the model with a classifier (or a fused Hydra: every member learns the labels).
       train: the training `Dataset`.
       settings: optimiser and schedule.
-      workdir: where checkpoints and `metrics.jsonl` go.
+      workdir: where checkpoints and the training log (`TrainingLog`) go.
       stop_after: stop (as if killed) once this many steps are done; for tests.
       step_fn: a `make_train_step` result to reuse (same model config and optimiser settings).
       loss: the training objective (default: `classification_loss(model)`).
@@ -329,16 +364,13 @@ def fit(
     )
     state = _restore(manager, place_params(state), workdir)  # laid out on the mesh, if any
     start = int(state.step)
-    log_file = workdir / "metrics.jsonl"
-    primary = jax.process_index() == 0  # with several processes, one writes the log
-    if primary:
-        _truncate_log(log_file, start)
+    log = TrainingLog(workdir, start, jax.process_index() == 0)  # several processes: one writes
+    learning_rate = learning_rate_schedule(settings, total_steps)
     step_fn = step_fn or make_train_step(model, optimizer, loss)
     base_key = jax.random.key(settings.seed)
     batches = loader.training_batches(train, settings.batch_size, settings.seed, steps_per_epoch,
                                       total_steps)  # fmt: skip
     data = loader.iterate(batches, start)  # Grain; its position is the step (`data_position`)
-    log = log_file.open("a") if primary else open(os.devnull, "w")  # noqa: SIM115
     progress = tqdm(total=total_steps, initial=start, desc=f"train {workdir.name}", leave=False)
     unchecked = None  # (step, its examples, its loss): the latest step, not yet read back
     try:
@@ -360,8 +392,8 @@ def fit(
                 unchecked = None
             if log_now:
                 record = {"step": done, **{k: float(v) for k, v in metrics.items()}}
-                log.write(json.dumps(record) + "\n")
-                log.flush()
+                record["learning_rate"] = float(learning_rate(step))  # this step's update
+                log.write(record)
                 progress.set_postfix(loss=f"{record['loss']:.3f}")
             if save_now:
                 position = jnp.array(divmod(done, steps_per_epoch), jnp.int32)

@@ -82,6 +82,11 @@ def test_text_study_from_the_command_line(tmp_path, text_encoder_dir):
         assert predictions["id_logits"].shape[0] == 6
         assert predictions["ood_news_logits"].shape[0] == 2
     assert json.loads((workdir / "classes.json").read_text()) == ["bad", "good"]
+    report = (workdir / "report.md").read_text()
+    assert "## Training loss" in report and "`members/member_1`" in report
+    assert "`hydra_members/taylor/member_2`" in report
+    assert (workdir / "plots" / "training_loss.png").is_file()
+    assert list((workdir / "members" / "member_0" / "tensorboard").glob("events.out.tfevents.*"))
     member = workdir / "hf" / "member_1"
     assert (member / "tokenizer.json").is_file()  # a published member carries its tokenizer
     assert hj.from_pretrained(member).config.num_labels == 2

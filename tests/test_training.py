@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import struct
 
 import jax
 import numpy as np
@@ -83,6 +84,36 @@ def test_killed_run_resumes_to_the_uninterrupted_result(task, straight, tmp_path
     )
     records = [json.loads(line) for line in (straight_dir / "metrics.jsonl").open()]
     assert records[-1]["loss"] < records[0]["loss"]
+    # TensorBoard sees the same scalars (the redone steps 5-6 replace the lost ones).
+    resumed_records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").open()]
+    board = tensorboard_scalars(tmp_path / "tensorboard")
+    assert set(board) == {f"train/{k}" for k in ("loss", "accuracy", "grad_norm", "learning_rate")}
+    for key, values in board.items():
+        want = {r["step"]: r[key.removeprefix("train/")] for r in resumed_records}
+        assert list(values) == list(want), key
+        np.testing.assert_allclose(list(values.values()), list(want.values()), rtol=1e-6)
+    # The learning rate of each logged step's update (0-based s = 1, 3, ..., 11): linear
+    # warm-up over int(0.2 * 12) = 2 steps, then linear decay to 0 over the other 10.
+    peak, s = SETTINGS.learning_rate, np.arange(1, 12, 2)
+    want = np.where(s < 2, peak * s / 2, peak * (1 - (s - 2) / 10))
+    np.testing.assert_allclose([r["learning_rate"] for r in records], want, rtol=1e-6)
+
+
+def tensorboard_scalars(directory) -> dict[str, dict[int, float]]:
+    """The last value of each step of every scalar in `directory`'s event files (TFRecords of
+    `Event` protos: length, its CRC, the record, its CRC), files in the order written."""
+    from tensorboardX.proto import event_pb2
+
+    scalars: dict[str, dict[int, float]] = {}
+    for path in sorted(directory.glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime_ns):
+        data, i = path.read_bytes(), 0
+        while i < len(data):
+            (length,) = struct.unpack("<Q", data[i : i + 8])
+            event = event_pb2.Event.FromString(data[i + 12 : i + 12 + length])
+            i += 12 + length + 4
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, {})[event.step] = value.simple_value
+    return {tag: dict(sorted(values.items())) for tag, values in scalars.items()}
 
 
 def _truncate_largest_file(step_dir):

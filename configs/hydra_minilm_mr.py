@@ -14,7 +14,7 @@ the baselines:
 
 `demo` variant (the paper's rows: single, deep_ensemble, mc_dropout, hydra_taylor,
 hydra_circuit, on the baselines of `configs/minilm_mr.py:demo`; circuit search on 48
-validation examples per member), what `make demo` runs (README, "Wall time"):
+validation examples per member), what `make demo` runs (docs/benchmarks.md, "Wall time"):
 
     python train.py --config configs/minilm_mr.py:demo --workdir runs/demo_baselines
     python train.py --config configs/hydra_minilm_mr.py:demo --workdir runs/demo
@@ -57,7 +57,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict(
         dict(batch_size=64, num_bins=15, latency_batch=32, latency_tokens=64, latency_repeats=10)
     )
-    # Compute dtype of every evaluated forward pass ("bfloat16": README, "Precision").
+    # Compute dtype of every evaluated forward pass ("bfloat16": docs/scale.md, "Precision").
     c.eval.dtype = "float32"
     if variant == "demo":
         c.title += " (demo)"
@@ -78,7 +78,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if seed:  # study seed S: the baselines of that seed (`configs/minilm_mr.py:VARIANT,S`)
         c.title += f", study seed {seed}"
         c.base_workdir += f"_seed{seed}"
-    # The device mesh the run is laid out on (README, "Scale"); it changes no result.
+    # The device mesh the run is laid out on (docs/scale.md); it changes no result.
     c.mesh = ml_collections.ConfigDict(dict(data=1, member=1, heads=1))
     c.lock()
     return c

@@ -48,7 +48,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict(
         dict(batch_size=256, num_bins=15, latency_batch=64, latency_repeats=10)
     )
-    # Compute dtype of every evaluated forward pass ("bfloat16": README, "Precision").
+    # Compute dtype of every evaluated forward pass ("bfloat16": docs/scale.md, "Precision").
     c.eval.dtype = "float32"
     if variant == "demo":
         c.title += " (demo)"
@@ -70,7 +70,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if seed:
         c.title += f", study seed {seed}"
         c.base_workdir += f"_seed{seed}"
-    # The device mesh the run is laid out on (README, "Scale"); it changes no result.
+    # The device mesh the run is laid out on (docs/scale.md); it changes no result.
     c.mesh = ml_collections.ConfigDict(dict(data=1, member=1, heads=1))
     c.lock()
     return c

@@ -3,7 +3,7 @@
 Methods: `single` (one fine-tuned model, seed 0), `deep_ensemble` (3 models, seeds 0..2, stacked
 and run with vmap), `mc_dropout` (the single model with 10 dropout samples).
 
-Full run (about 25 minutes on 2 CPU cores; test accuracy about 80%, see README):
+Full run (about 25 minutes on 2 CPU cores; test accuracy about 80%, see docs/results.md):
 
     python train.py --config configs/minilm_mr.py --workdir runs/minilm_mr
     python evaluate.py --config configs/minilm_mr.py --workdir runs/minilm_mr
@@ -66,7 +66,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict(
         dict(batch_size=64, num_bins=15, latency_batch=32, latency_tokens=64, latency_repeats=10)
     )
-    # Compute dtype of every evaluated forward pass ("bfloat16": README, "Precision").
+    # Compute dtype of every evaluated forward pass ("bfloat16": docs/scale.md, "Precision").
     c.eval.dtype = "float32"
     if variant == "demo":  # `make demo`'s budget: see the module docstring
         c.title += " (demo)"
@@ -86,7 +86,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.eval.update(batch_size=32, latency_batch=8, latency_tokens=32, latency_repeats=3)
     if c.seed:
         c.title += f", study seed {c.seed}"
-    # The device mesh the run is laid out on (README, "Scale"); it changes no result.
+    # The device mesh the run is laid out on (docs/scale.md); it changes no result.
     c.mesh = ml_collections.ConfigDict(dict(data=1, member=1, heads=1))
     c.lock()
     return c

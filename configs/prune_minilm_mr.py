@@ -44,7 +44,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.alphas = (0.0, 0.5)
         c.ood_limit = 48
         c.eval_batch_size = 32
-    # The device mesh the run is laid out on (README, "Scale"); it changes no result.
+    # The device mesh the run is laid out on (docs/scale.md); it changes no result.
     c.mesh = ml_collections.ConfigDict(dict(data=1, member=1, heads=1))
     c.lock()
     return c

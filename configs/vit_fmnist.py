@@ -10,8 +10,8 @@ studies load those directories. Methods: `single` (member 0), `deep_ensemble` (3
 first 2,000 test images under 4 corruptions at 3 severities.
 
 A study seed S is the variant suffix `,S` (`configs/vit_fmnist.py:demo,1`): it offsets every
-training seed by 1000 x S, so studies with seeds 0, 1, 2 share no model. Full run (README,
-"Vision"):
+training seed by 1000 x S, so studies with seeds 0, 1, 2 share no model. Full run
+(docs/results.md, "Vision"):
 
     python train.py --config configs/vit_fmnist.py --workdir runs/vit_fmnist
     python evaluate.py --config configs/vit_fmnist.py --workdir runs/vit_fmnist
@@ -68,7 +68,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict(
         dict(batch_size=256, num_bins=15, latency_batch=64, latency_repeats=10)
     )
-    # Compute dtype of every evaluated forward pass ("bfloat16": README, "Precision").
+    # Compute dtype of every evaluated forward pass ("bfloat16": docs/scale.md, "Precision").
     c.eval.dtype = "float32"
     if variant == "demo":
         c.title += " (demo)"
@@ -86,7 +86,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.eval.update(batch_size=32, latency_batch=8, latency_repeats=3)
     if c.seed:
         c.title += f", study seed {c.seed}"
-    # The device mesh the run is laid out on (README, "Scale"); it changes no result.
+    # The device mesh the run is laid out on (docs/scale.md); it changes no result.
     c.mesh = ml_collections.ConfigDict(dict(data=1, member=1, heads=1))
     c.lock()
     return c

@@ -25,7 +25,7 @@ from hydra_jax.convert import (
 )
 from hydra_jax.models import Model, vision_tower, with_classifier, with_dtype, zero_shot
 
-hydra = ensembles  # SPEC's name for the Hydra API: `hj.hydra.fuse(members)`
+hydra = ensembles  # the Hydra API under its own name: `hj.hydra.fuse(members)`
 
 __all__ = [
     "ConversionError",

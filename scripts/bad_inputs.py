@@ -5,7 +5,7 @@
 Every case names the error type and a fragment its message must contain. Outcomes: `clear` (that
 error, with that fragment), `unclear` (another error or message), `silent` (no error: something
 ran on bad input), `crash` (the process died: each case runs in a subprocess when it touches
-native code). The README's reliability section quotes the totals.
+native code). docs/reliability.md quotes the totals.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     python scripts/member_accuracy.py runs/vit_fmnist [--members 0,1,2] [--batch 256]
 
 Loads `WORKDIR/hf/member_M` the way every study does (`baselines.trained`), predicts the full
-test split of the workdir's config and prints one line per member. The README's per-seed ViT
+test split of the workdir's config and prints one line per member. The per-seed ViT
 accuracies come from this script.
 """
 

@@ -8,7 +8,7 @@
 # included, on 2 processes (`zero_shot`, within TRAINED_ATOL, 1e-4): training on another mesh
 # sums in another order, so the trained weights differ by rounding that the steps carry forward
 # (1.3e-5 on 2026-12-01; the attention key biases by more, but those change no output: softmax
-# ignores them, and AdamW turns their zero exact gradient into noise; README, "Scale").
+# ignores them, and AdamW turns their zero exact gradient into noise; docs/scale.md).
 #
 #     bash scripts/two_processes.sh [OUT]     # OUT defaults to runs/two_processes
 set -euo pipefail

@@ -1,5 +1,5 @@
-"""Every in-process case of scripts/bad_inputs.py ends in a clear error (the README's count;
-the command-line cases are tested in test_experiments.py)."""
+"""Every in-process case of scripts/bad_inputs.py ends in a clear error (the count in
+docs/reliability.md; the command-line cases are tested in test_experiments.py)."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ class SentenceConfig(tfds.core.BuilderConfig):
 
 
 def split_indices(n: int, in_distribution: bool) -> dict[str, np.ndarray]:
-    """Fixed split of `n` rows (SPEC section 7)."""
+    """The fixed split of `n` rows."""
     order = np.random.default_rng(0).permutation(n)
     if in_distribution:
         return {

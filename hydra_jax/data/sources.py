@@ -42,8 +42,8 @@ class Row:
 
 
 def _decode(raw: bytes) -> str:
-    # SPEC section 7 says latin-1, but every file of 3.3.2 is valid UTF-8 (e.g. "We’ve"),
-    # which latin-1 would turn into mojibake; latin-1 stays as the fallback.
+    # Every file of 3.3.2 is valid UTF-8 (e.g. "We’ve"), which latin-1 would turn into
+    # mojibake; latin-1 stays as the fallback.
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:

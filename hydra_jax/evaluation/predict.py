@@ -1,6 +1,6 @@
 """Prediction (the one loop every caller uses), metrics per method, costs, artefacts on disk.
 
-Artefacts (SPEC section 8): `results.json` (fractions), `report.md` (percentages),
+Artefacts: `results.json` (fractions), `report.md` (percentages),
 `predictions/NAME.npz` (member probabilities and logits for the ID test set and every OOD set,
 plus labels, so every number can be recomputed) and `plots/`.
 """

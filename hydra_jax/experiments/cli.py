@@ -25,7 +25,7 @@ _CONFIG = config_flags.DEFINE_config_file(
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "the run's directory")
 flags.mark_flags_as_required(["config", "workdir"])
-# Several processes (README, "Scale"): JAX's own runtime. With --coordinator_address (or the
+# Several processes (docs/scale.md): JAX's own runtime. With --coordinator_address (or the
 # JAX_COORDINATOR_ADDRESS environment variable, or --distributed on a cluster JAX detects:
 # Cloud TPU, SLURM, Open MPI), each process calls jax.distributed.initialize before anything
 # else; --config.mesh then spans the devices of every process.

@@ -1,0 +1,187 @@
+"""Training speed: our fine-tuning step against `transformers` + PyTorch AdamW, a fused Hydra's
+step against the single model's, and `fit`'s wall time per step against the bare compiled step.
+
+CPU, fp32. Ours vs PyTorch run in separate processes taken in turns (bench/processes.py), since
+PyTorch's spinning OpenMP threads slow an XLA program in the same process; the JAX-only
+comparisons run interleaved in one process (bench/timing.py). Shapes:
+
+- MiniLM-L6 (the real checkpoint) + a 2-way classifier, batch 32 x 64 tokens, dropout on,
+  AdamW with global-norm clipping (the text studies' step);
+- the study ViT of `configs/vit_fmnist.py` (random weights; 28 x 28 grey images), batch 64;
+- the fused MiniLM Hydra of 3 members x 4 heads per layer against the single MiniLM's step.
+
+    .venv/bin/python -m bench.train [--rounds 4] [--repeats 5] [--fit-steps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+import hydra_jax as hj
+from bench.processes import alternating, median_of, print_worker, time_calls
+from bench.timing import interleaved, medians
+from configs import vit_fmnist
+from hydra_jax.data import TokenizedSet
+from hydra_jax.experiments import common
+from hydra_jax.training import TrainSettings, TrainState, fit, make_optimizer, make_train_step
+
+SETTINGS = TrainSettings(epochs=1.0, batch_size=32, learning_rate=5e-5)
+STEPS = 1000  # the schedule's length (its value does not change a step's cost)
+
+
+def text_batch(batch: int, tokens: int) -> dict[str, np.ndarray]:
+    ids = np.random.default_rng(0).integers(1000, 30000, (batch, tokens)).astype(np.int32)
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids),
+            "token_type_ids": np.zeros_like(ids), "labels": np.arange(batch) % 2}  # fmt: skip
+
+
+def image_batch(config: Any, batch: int) -> dict[str, np.ndarray]:
+    shape = (batch, config.num_channels, config.image_size, config.image_size)
+    pixels = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    return {"pixel_values": pixels, "labels": np.arange(batch) % config.num_labels}
+
+
+def vit_model() -> hj.Model:
+    config = vit_fmnist.get_config()
+    return hj.Model.init(common.scratch_config(config), jax.random.key(0))
+
+
+def our_step(model: hj.Model, batch: dict[str, np.ndarray]):
+    """One training step of `model` as a blocking call (the state carried across calls)."""
+    optimizer = make_optimizer(SETTINGS, STEPS)
+    step = make_train_step(model, optimizer)
+    state = [TrainState.create(model.params, optimizer)]
+    key = jax.random.key(0)
+
+    def call() -> None:
+        state[0], metrics = step(state[0], batch, key)
+        jax.block_until_ready(metrics["loss"])
+
+    return call
+
+
+def torch_step(path: Path, kind: str, batch: dict[str, np.ndarray]):
+    import torch
+    import transformers
+
+    classes = {"text": transformers.BertForSequenceClassification,
+               "vit": transformers.ViTForImageClassification}  # fmt: skip
+    extra = {"num_labels": 2} if kind == "text" else {}  # the ViT's classifier is in its config
+    model = classes[kind].from_pretrained(path, **extra)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=SETTINGS.learning_rate,
+                                  weight_decay=SETTINGS.weight_decay)  # fmt: skip
+    inputs = {k: torch.tensor(v, dtype=torch.long if v.dtype.kind == "i" else torch.float32)
+              for k, v in batch.items()}  # fmt: skip
+
+    def call() -> None:
+        optimizer.zero_grad()
+        model(**inputs).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), SETTINGS.max_grad_norm)
+        optimizer.step()
+
+    return call, torch.get_num_threads()
+
+
+def worker(side: str, args: argparse.Namespace) -> dict[str, Any]:
+    """`ours-text`, `torch-text`, `ours-vit`, `torch-vit`: one side's step times."""
+    owner, kind = side.split("-")
+    with tempfile.TemporaryDirectory() as scratch:
+        if kind == "text":
+            batch, path = text_batch(args.batch, args.tokens), hj.minilm_l6_path()
+            model = hj.with_classifier(hj.from_pretrained(path), 2, jax.random.key(1))
+        else:
+            model = vit_model()
+            batch, path = image_batch(model.config, args.vit_batch), Path(scratch)
+            hj.save_pretrained(model, path)
+        if owner == "ours":
+            return {"times": time_calls(our_step(model, batch), args.repeats)}
+        call, threads = torch_step(path, kind, batch)
+        return {"times": time_calls(call, args.repeats), "threads": threads}
+
+
+def jax_only(args: argparse.Namespace) -> None:
+    """The fused Hydra's step against the single model's; `fit` per step against the bare step."""
+    path = hj.minilm_l6_path()
+    single = hj.with_classifier(hj.from_pretrained(path), 2, jax.random.key(1))
+    batch = text_batch(args.batch, args.tokens)
+    L, N, M = 6, 12, 3
+    sets = np.zeros((M, L, N), bool)
+    for m in range(M):
+        sets[m, :, m * 4 : (m + 1) * 4] = True
+    fused = hj.hydra.fuse(hj.hydra.members_from(single, sets))
+    programs = {"single step": our_step(single, batch), "fused Hydra step": our_step(fused, batch)}
+    times = medians(interleaved(programs, repeats=args.repeats * args.rounds))
+    print(f"\nJAX only, interleaved in one process, {args.repeats * args.rounds} rounds:")
+    for name, t in times.items():
+        print(f"  {name:<20}{t * 1e3:>10.1f} ms")
+    print(f"  fused Hydra (M={M}) / single: {times['fused Hydra step'] / times['single step']:.3f}")
+
+    # fit's own work per step (batching, dispatch, loss read-back, logging) over the bare step.
+    n = args.fit_steps
+    rng = np.random.default_rng(2)
+    data = TokenizedSet([rng.integers(1000, 30000, args.tokens).astype(np.int32)
+                         for _ in range(n * SETTINGS.batch_size)],
+                        np.arange(n * SETTINGS.batch_size) % 2)  # fmt: skip
+    settings = TrainSettings(epochs=1.0, batch_size=SETTINGS.batch_size, learning_rate=5e-5,
+                             checkpoint_every=10 * n, log_every=5)  # fmt: skip
+    step_fn = make_train_step(single, make_optimizer(settings, n))
+    walls = []
+    for _ in range(args.rounds):
+        with tempfile.TemporaryDirectory() as workdir:
+            start = time.perf_counter()
+            fit(single, data, settings, workdir, step_fn=step_fn)
+            walls.append((time.perf_counter() - start) / n)
+    bare = statistics.median(time_calls(our_step(single, batch), args.repeats))
+    print(
+        f"\nfit, {n} steps of batch {SETTINGS.batch_size} x {args.tokens} (one final checkpoint):"
+    )
+    print(f"  fit per step {statistics.median(walls[1:] or walls) * 1e3:.1f} ms (median of rounds "
+          f"after the first); bare step {bare * 1e3:.1f} ms; ratio "
+          f"{statistics.median(walls[1:] or walls) / bare:.3f}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--worker", default=None)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--vit-batch", type=int, default=64)
+    parser.add_argument("--fit-steps", type=int, default=20)
+    parser.add_argument("--only", default="text,vit,jax")
+    args = parser.parse_args(argv)
+    if args.worker:
+        print_worker(worker(args.worker, args))
+        return
+    forwarded = list(argv if argv is not None else sys.argv[1:])
+    print(f"training steps, CPU fp32, {args.rounds} rounds of separate processes taken in turns, "
+          f"{args.repeats} timed steps each (after 2 warm-up steps)")  # fmt: skip
+    for kind in ("text", "vit"):
+        if kind not in args.only:
+            continue
+        results = alternating("bench.train", [f"ours-{kind}", f"torch-{kind}"], forwarded,
+                              args.rounds)  # fmt: skip
+        ours, theirs = median_of(results[f"ours-{kind}"]), median_of(results[f"torch-{kind}"])
+        shape = (f"MiniLM-L6, batch {args.batch} x {args.tokens}" if kind == "text"
+                 else f"study ViT, batch {args.vit_batch}")  # fmt: skip
+        threads = results[f"torch-{kind}"][0]["threads"]
+        print(f"\n{shape}: ours {ours * 1e3:.1f} ms, transformers + torch AdamW "
+              f"{theirs * 1e3:.1f} ms ({threads} threads); "
+              f"ours / torch {ours / theirs:.3f}")  # fmt: skip
+    if "jax" in args.only:
+        jax_only(args)
+
+
+if __name__ == "__main__":
+    main()

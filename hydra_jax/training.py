@@ -124,14 +124,14 @@ class TrainingLog:
     purge step."""
 
     def __init__(self, workdir: Path, start: int, primary: bool):
-        self.file, self.board = None, None
+        self.primary = primary
         if primary:
             _truncate_log(workdir / "metrics.jsonl", start)
             self.file = (workdir / "metrics.jsonl").open("a")
             self.board = SummaryWriter(str(workdir / "tensorboard"), purge_step=start + 1)
 
     def write(self, record: dict[str, float]) -> None:
-        if self.file is None or self.board is None:
+        if not self.primary:
             return
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
@@ -141,7 +141,7 @@ class TrainingLog:
                 self.board.add_scalar(f"train/{key}", value, step)
 
     def close(self) -> None:
-        if self.file is not None and self.board is not None:
+        if self.primary:
             self.file.close()
             self.board.close()
 
@@ -364,13 +364,13 @@ def fit(
     )
     state = _restore(manager, place_params(state), workdir)  # laid out on the mesh, if any
     start = int(state.step)
-    log = TrainingLog(workdir, start, jax.process_index() == 0)  # several processes: one writes
     learning_rate = learning_rate_schedule(settings, total_steps)
     step_fn = step_fn or make_train_step(model, optimizer, loss)
     base_key = jax.random.key(settings.seed)
     batches = loader.training_batches(train, settings.batch_size, settings.seed, steps_per_epoch,
                                       total_steps)  # fmt: skip
     data = loader.iterate(batches, start)  # Grain; its position is the step (`data_position`)
+    log = TrainingLog(workdir, start, jax.process_index() == 0)  # several processes: one writes
     progress = tqdm(total=total_steps, initial=start, desc=f"train {workdir.name}", leave=False)
     unchecked = None  # (step, its examples, its loss): the latest step, not yet read back
     try:

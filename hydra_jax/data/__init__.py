@@ -9,6 +9,7 @@ from typing import Any
 
 from hydra_jax.data.corruptions import CORRUPTIONS, SEVERITIES, corrupt
 from hydra_jax.data.dataset import (
+    NO_LABEL,
     Dataset,
     concat_all,
     epoch_batches,
@@ -23,7 +24,7 @@ from hydra_jax.data.images import ImageSet, image_set, to_pixels
 from hydra_jax.data.sources import default_data_dir
 from hydra_jax.data.text import TextEncoder, TokenizedSet, pad_batch, random_tokens
 
-_LAZY = {"NO_LABEL": "sentences", "Sentences": "sentences", "load": "sentences",
+_LAZY = {"Sentences": "sentences", "load": "sentences",
          "prepare": "sentences", "load_images": "image_builder",
          "prepare_images": "image_builder"}  # fmt: skip
 NUM_CLASSES = {"movie_reviews": 2, "fashion_mnist": 10}  # classes of each in-distribution set

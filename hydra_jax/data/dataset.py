@@ -17,6 +17,7 @@ from hydra_jax import checks
 from hydra_jax.heads import UncertaintyBatches
 
 Batch = dict[str, np.ndarray]
+NO_LABEL = -1  # the label of an OOD example: it belongs to no class
 
 
 @runtime_checkable

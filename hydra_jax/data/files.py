@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
+from hydra_jax.data.dataset import NO_LABEL
 from hydra_jax.data.images import ImageSet
 from hydra_jax.data.text import TextEncoder, TokenizedSet
 
-NO_LABEL = -1  # an OOD example's label (as in the embedded sets)
 TEXT_KINDS = ("csv", "tsv", "jsonl", "parquet")
 IMAGE_KINDS = ("folder", "npz")
 KINDS = (*TEXT_KINDS, *IMAGE_KINDS, "tfds", "hf")
@@ -74,13 +74,6 @@ class Source:
             location, _, split = rest.rpartition(":") if _has_split(rest) else (rest, "", "")
             return cls(kind, location, split)
         return cls(kind, rest)
-
-    @property
-    def is_images(self) -> bool | None:
-        """Whether the source holds images (None: TFDS and HF datasets tell only when read)."""
-        if self.kind in TEXT_KINDS:
-            return False
-        return True if self.kind in IMAGE_KINDS else None
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.location}" + (f":{self.split}" if self.split else "")
@@ -131,7 +124,7 @@ def read(source: Source | str, columns: Columns = Columns(), data_dir: Path | No
       DataError: a missing file or column, an unreadable image, an empty split, ... (named).
     """
     source = Source.parse(source) if isinstance(source, str) else source
-    if source.kind not in ("tfds",) and not Path(source.location).exists():
+    if source.kind != "tfds" and not Path(source.location).exists():
         raise DataError(f"{source}: {source.location} does not exist")
     if source.kind in TEXT_KINDS:
         split = _read_table(source, columns, labelled)

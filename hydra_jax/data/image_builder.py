@@ -17,8 +17,9 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from hydra_jax.data import image_sources
+from hydra_jax.data.dataset import NO_LABEL
 from hydra_jax.data.image_sources import IMAGE_SETS
-from hydra_jax.data.sentences import NO_LABEL, OOD_VALIDATION_FRACTION
+from hydra_jax.data.sentences import OOD_VALIDATION_FRACTION
 from hydra_jax.data.sources import default_data_dir
 
 ID_VALIDATION = 5000

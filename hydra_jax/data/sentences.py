@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow_datasets as tfds
 
+from hydra_jax.data.dataset import NO_LABEL
 from hydra_jax.data.sources import (
     SOURCE_ARCHIVE,
     Row,
@@ -27,7 +28,6 @@ from hydra_jax.data.sources import (
 NUM_POSITIVE = 5152  # movieReviewSnippets ids 1..5152 are positive, the rest negative
 ID_TEST, ID_VALIDATION = 1600, 1000
 OOD_VALIDATION_FRACTION = 0.2
-NO_LABEL = -1  # OOD sentences carry no sentiment label
 
 
 @dataclasses.dataclass(eq=False)

@@ -33,24 +33,21 @@ def markdown(results: dict[str, Any], title: str) -> str:
             f"| {_pct(m['aece'])} | {_pct(m['mce'])} | {m['entropy']:.4f} | {' | '.join(extra)} |"
         )
     ood_sets = [s for s in next(iter(methods.values()))["ood"] if s != "mean"]
-    lines += (
-        []
-        if not ood_sets
-        else [
+    if ood_sets:  # a study may have none (calibration only)
+        lines += [
             "",
             "## OOD detection (MSP score; OOD is the positive class), AUROC / AUPR / FPR95 in %",
             "",
             "| method | " + " | ".join([*ood_sets, "mean"]) + " |",
             "|---|" + "---|" * (len(ood_sets) + 1),
         ]
-    )
-    for name, r in methods.items() if ood_sets else ():
-        cells = [
-            f"{_pct(r['ood'][s]['auroc'])} / {_pct(r['ood'][s]['aupr'])} / "
-            f"{_pct(r['ood'][s]['fpr95'])}"
-            for s in [*ood_sets, "mean"]
-        ]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        for name, r in methods.items():
+            cells = [
+                f"{_pct(r['ood'][s]['auroc'])} / {_pct(r['ood'][s]['aupr'])} / "
+                f"{_pct(r['ood'][s]['fpr95'])}"
+                for s in [*ood_sets, "mean"]
+            ]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += _shift_tables(methods)
     lines += [
         "",

@@ -199,13 +199,18 @@ def text_encoder(config: ml_collections.ConfigDict, model: Model | None = None) 
     """The checkpoint's tokenizer; refused if it can emit ids outside `model`'s vocabulary."""
     encoder = TextEncoder(checkpoint_dir(config), config.data.max_tokens)
     if model is not None:
-        vocab, table = encoder.tokenizer.get_vocab_size(), model.config.vocab_size
-        if vocab > table:
-            raise ValueError(
-                f"the tokenizer of {checkpoint_dir(config)} has {vocab} tokens but the model's "
-                f"embedding table has {table} rows: ids >= {table} would be out of range"
-            )
+        check_vocabulary(encoder, model, checkpoint_dir(config))
     return encoder
+
+
+def check_vocabulary(encoder: TextEncoder, model: Model, checkpoint: Path) -> None:
+    """Refuses a tokenizer (of `checkpoint`) that can emit ids outside `model`'s vocabulary."""
+    vocab, table = encoder.tokenizer.get_vocab_size(), model.config.vocab_size
+    if vocab > table:
+        raise ValueError(
+            f"the tokenizer of {checkpoint} has {vocab} tokens but the model's "
+            f"embedding table has {table} rows: ids >= {table} would be out of range"
+        )
 
 
 def is_images(config: ml_collections.ConfigDict) -> bool:

@@ -85,6 +85,7 @@ class UserData:
     classes: ClassNames
     validation: Dataset | None  # ID validation (circuit search)
     ood_validation: Dataset | None  # OOD validation, pooled (circuit search)
+    encoder: TextEncoder | None  # the checkpoint's tokenizer (None for images)
 
 
 def load(config: ml_collections.ConfigDict) -> UserData:
@@ -140,7 +141,7 @@ def load(config: ml_collections.ConfigDict) -> UserData:
     )
     validation = prepare(raw["validation"], d.eval_limit) if needs_validation else None
     pooled = concat_all([prepare(s, ood_limit, False) for s in ood_val]) if ood_val else None
-    return UserData(study, classes, validation, pooled)
+    return UserData(study, classes, validation, pooled, encoder)
 
 
 def initial_model(config: ml_collections.ConfigDict, classes: ClassNames, seed: int) -> Model:
@@ -152,18 +153,6 @@ def initial_model(config: ml_collections.ConfigDict, classes: ClassNames, seed: 
         raise DataError(f"the classifier of {config.model} has {own} classes but "
                         f"{config.data.train} has {C}: {list(classes.names)}")  # fmt: skip
     return model if own else with_classifier(model, C, jax.random.key(seed))
-
-
-def check_vocabulary(config: ml_collections.ConfigDict, model: Model) -> None:
-    """Refuses a tokenizer whose ids could fall outside the model's embedding table."""
-    tokenizer = Path(config.model) / "tokenizer.json"
-    if not tokenizer.is_file():
-        return
-    vocab = TextEncoder(Path(config.model), config.data.max_tokens).tokenizer.get_vocab_size()
-    table = getattr(model.config, "vocab_size", vocab)
-    if vocab > table:
-        raise ValueError(f"the tokenizer of {config.model} has {vocab} tokens but the model's "
-                         f"embedding table has {table} rows")  # fmt: skip
 
 
 def saved_path(workdir: Path, method: str) -> Path:
@@ -200,8 +189,8 @@ def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
         start = time.perf_counter()
         seed = baselines.training_seed(config, m)
         model = initial_model(config, user.classes, seed)
-        if m == 0:
-            check_vocabulary(config, model)
+        if m == 0 and user.encoder is not None:
+            common.check_vocabulary(user.encoder, model, Path(config.model))
         if step_fn is None:
             total = schedule_length(len(train_set), settings)[1]
             step_fn = make_train_step(model, make_optimizer(settings, total))

@@ -1,11 +1,12 @@
 """Timing in separate processes taken in turns: how a JAX program is compared with PyTorch.
 
 PyTorch's OpenMP threads keep spinning for a while after each op; in the same process the XLA
-program that runs next competes with them for the cores and looks slower than it is (a MiniLM
-fine-tuning step measured 1.43x PyTorch's interleaved in one process and 0.56x in separate
-processes on a Zen 5 EPYC). So each side runs in a process of its own: a worker builds its
-program, warms it up, times `repeats` calls and prints the times as one JSON line. The sides
-alternate (A B, then B A, ...) for `rounds`, so a slow drift of the machine hits both.
+program that runs next competes with them for the cores and looks slower than it is (the
+MiniLM forward read 1.02-1.04x PyTorch's interleaved in one process and 0.87x in separate
+processes on a Zen 3 EPYC; docs/benchmarks.md). So each side runs in a process of its own:
+a worker builds its program, warms it up, times `repeats` calls and prints the times as one
+JSON line. The sides alternate (A B, then B A, ...) for `rounds`, so a slow drift of the
+machine hits both.
 
 A benchmark module using this has a `worker(side, args) -> dict` entry (run with `--worker
 SIDE`) that returns `{"times": [...], ...}`; `alternating` collects them.

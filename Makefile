@@ -118,6 +118,7 @@ baselines: setup
 
 # Pruning curves and the full Hydra table, on the baselines of `make baselines`.
 prune: setup
+	$(BIN)/python train.py --config configs/prune_minilm_mr.py --workdir runs/prune_minilm_mr
 	$(BIN)/python evaluate.py --config configs/prune_minilm_mr.py --workdir runs/prune_minilm_mr
 
 hydra: setup
@@ -130,6 +131,7 @@ vision: setup
 	$(BIN)/python train.py --config configs/vit_fmnist.py --workdir runs/vit_fmnist
 	$(BIN)/python train.py --config configs/hydra_vit_fmnist.py --workdir runs/hydra_vit_fmnist
 	$(BIN)/python evaluate.py --config configs/hydra_vit_fmnist.py --workdir runs/hydra_vit_fmnist
+	$(BIN)/python train.py --config configs/prune_vit_fmnist.py --workdir runs/prune_vit_fmnist
 	$(BIN)/python evaluate.py --config configs/prune_vit_fmnist.py --workdir runs/prune_vit_fmnist
 	$(BIN)/python train.py --config configs/ablate_vit_fmnist.py --workdir runs/ablate_vit_fmnist
 	$(BIN)/python evaluate.py --config configs/ablate_vit_fmnist.py --workdir runs/ablate_vit_fmnist

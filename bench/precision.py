@@ -24,7 +24,7 @@ from hydra_jax import hydra
 from hydra_jax.data import random_tokens
 from hydra_jax.ensembles import baselines
 from hydra_jax.evaluation import xla_flops
-from hydra_jax.experiments import common
+from hydra_jax.experiments import artefacts
 from hydra_jax.models import Model, with_classifier, with_dtype
 
 PROGRAMS = ("single", "hydra", "deep_ensemble")
@@ -88,7 +88,7 @@ def minilm(M: int) -> tuple[Model, list[Model], dict[str, np.ndarray]]:
 
 
 def vit(M: int) -> tuple[Model, list[Model], dict[str, np.ndarray]]:
-    config = common.scratch_config(vit_fmnist.get_config())
+    config = artefacts.scratch_config(vit_fmnist.get_config())
     members = [Model.init(config, jax.random.key(m)) for m in range(M)]
     images = np.random.default_rng(0).normal(size=(64, config.num_channels, 28, 28))
     return members[0], members, {"pixel_values": images.astype(np.float32)}

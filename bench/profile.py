@@ -27,7 +27,7 @@ import numpy as np
 import hydra_jax as hj
 from configs import vit_fmnist
 from hydra_jax.data import random_tokens
-from hydra_jax.experiments import common
+from hydra_jax.experiments import artefacts
 from hydra_jax.models import with_classifier
 
 NOT_OPS = {"parameter", "bitcast", "broadcast", "constant", "reshape", "tuple", "get-tuple-element"}
@@ -116,7 +116,7 @@ def main() -> None:
         model = with_classifier(hj.from_pretrained(hj.minilm_l6_path()), 2, jax.random.key(0))
         batch, what = random_tokens(rng, 32, 64), "MiniLM-L6 forward, batch 32 x 64 tokens"
     else:
-        model = hj.Model.init(common.scratch_config(vit_fmnist.get_config()), jax.random.key(0))
+        model = hj.Model.init(artefacts.scratch_config(vit_fmnist.get_config()), jax.random.key(0))
         size = model.config.image_size
         pixels = rng.standard_normal((256, model.config.num_channels, size, size))
         batch, what = {"pixel_values": pixels.astype(np.float32)}, "ViT forward, 256 images"

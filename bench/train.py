@@ -31,7 +31,7 @@ from bench.processes import alternating, median_of, print_worker, time_calls
 from bench.timing import interleaved, medians
 from configs import vit_fmnist
 from hydra_jax.data import TokenizedSet
-from hydra_jax.experiments import common
+from hydra_jax.experiments import artefacts
 from hydra_jax.training import TrainSettings, TrainState, fit, make_optimizer, make_train_step
 
 SETTINGS = TrainSettings(epochs=1.0, batch_size=32, learning_rate=5e-5)
@@ -52,7 +52,7 @@ def image_batch(config: Any, batch: int) -> dict[str, np.ndarray]:
 
 def vit_model() -> hj.Model:
     config = vit_fmnist.get_config()
-    return hj.Model.init(common.scratch_config(config), jax.random.key(0))
+    return hj.Model.init(artefacts.scratch_config(config), jax.random.key(0))
 
 
 def our_step(model: hj.Model, batch: dict[str, np.ndarray]):

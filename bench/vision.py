@@ -26,7 +26,7 @@ from configs import vit_fmnist
 from hydra_jax import hydra
 from hydra_jax.ensembles import baselines
 from hydra_jax.evaluation import xla_flops
-from hydra_jax.experiments import common
+from hydra_jax.experiments import artefacts
 
 
 def main() -> None:
@@ -43,7 +43,7 @@ def main() -> None:
         if not (path / "config.json").is_file():
             config = vit_fmnist.get_config()
             path = Path(scratch)
-            common.publish(config, hj.Model.init(common.scratch_config(config),
+            artefacts.publish(config, hj.Model.init(artefacts.scratch_config(config),
                                                  jax.random.key(0)), path)  # fmt: skip
             print(f"no checkpoint at {args.checkpoint}: a random ViT of configs/vit_fmnist.py")
         single = hj.from_pretrained(path)

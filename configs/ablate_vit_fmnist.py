@@ -28,25 +28,27 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.calibration_size = 256  # Taylor: member m's random training subset
     c.hies_alphas = (0.5,)  # read by the shared head-set code only for `hies`
     c.circuit = ml_collections.ConfigDict(dict(examples=256, objectives=("nll",)))
-    c.train_limit = 10000  # member fine-tuning: a fixed random subset (seed 0)
     c.member_train = ml_collections.ConfigDict(
         dict(epochs=1.0, learning_rate=5e-4, warmup_fraction=0.1)
     )
-    c.eval_limit = 2000  # a fixed random subset (seed 0) of the ID test set
-    c.ood_limit = 1000
+    c.data = ml_collections.ConfigDict(
+        dict(
+            train_limit=10000,  # member fine-tuning: a fixed random subset (seed 0)
+            eval_limit=2000,  # a fixed random subset (seed 0) of the ID test set
+            ood_limit=1000,
+        )
+    )
     c.eval = ml_collections.ConfigDict(dict(batch_size=256, num_bins=15, latency_batch=64))
     if arg == "demo":
         c.title += " (demo)"
         c.base_workdir = "runs/demo_vit"
-        c.train_limit = 5000
+        c.data.train_limit = 5000
     if arg == "smoke":
         c.title += " (smoke)"
         c.base_workdir = "runs/smoke_vit"
         c.sizes = (2, 3)
         c.calibration_size = 16
-        c.train_limit = 64
-        c.eval_limit = 40
-        c.ood_limit = 48
+        c.data.update(train_limit=64, eval_limit=40, ood_limit=48)
         c.eval.update(batch_size=32, latency_batch=8)
     # The device mesh the run is laid out on (docs/scale.md); it changes no result.
     c.mesh = ml_collections.ConfigDict(dict(data=1, member=1, heads=1))

@@ -5,14 +5,14 @@ scores from 32 training sentences (the HIES default); HIES alpha chosen per rati
 validation split from {0, 0.1, ..., 0.9}. OOD AUROC on 1,000 sentences of each OOD test set.
 
 Needs the trained baseline workdir (`make baselines`, or train.py with configs/minilm_mr.py), then
-(about 15 minutes on 2 CPU cores; pruning is one-shot, so `train.py` with this config only checks
-the base run):
+(about 15 minutes on 2 CPU cores; pruning is one-shot: `train.py` scores the heads and chooses
+HIES's alphas, `evaluate.py` draws the curves):
 
+    python train.py    --config configs/prune_minilm_mr.py --workdir runs/prune_minilm_mr
     python evaluate.py --config configs/prune_minilm_mr.py --workdir runs/prune_minilm_mr
 
-Smoke variant (on the smoke baseline workdir runs/smoke; about a minute):
-
-    python evaluate.py --config configs/prune_minilm_mr.py:smoke --workdir runs/prune_smoke
+Smoke variant (on the smoke baseline workdir runs/smoke; about a minute): the same two commands
+with `configs/prune_minilm_mr.py:smoke` and `--workdir runs/prune_smoke`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.criteria = ("random", "l2", "his", "ad", "hies")
     c.random_seeds = (0, 1, 2)
     c.alphas = tuple(round(0.1 * i, 1) for i in range(10))
-    c.ood_limit = 1000
-    c.eval_batch_size = 64
+    c.data = ml_collections.ConfigDict(dict(ood_limit=1000))  # OOD sets: a fixed random subset
+    c.eval = ml_collections.ConfigDict(dict(batch_size=64))
     if arg == "smoke":
         c.title += " (smoke)"
         c.base_workdir = "runs/smoke"
@@ -42,8 +42,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.ratios = (0.0, 0.3, 0.6)
         c.random_seeds = (0, 1)
         c.alphas = (0.0, 0.5)
-        c.ood_limit = 48
-        c.eval_batch_size = 32
+        c.data.ood_limit = 48
+        c.eval.batch_size = 32
     # The device mesh the run is laid out on (docs/scale.md); it changes no result.
     c.mesh = ml_collections.ConfigDict(dict(data=1, member=1, heads=1))
     c.lock()

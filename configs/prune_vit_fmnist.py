@@ -4,6 +4,7 @@ Criteria random (3 seeds), l2, his, ad, hies; 0..70% of the 72 heads removed (gl
 scores from 64 training images; HIES alpha chosen per ratio on the validation split from
 {0, 0.1, ..., 0.9}. OOD AUROC on 1,000 images of each OOD test set.
 
+    python train.py    --config configs/prune_vit_fmnist.py --workdir runs/prune_vit_fmnist
     python evaluate.py --config configs/prune_vit_fmnist.py --workdir runs/prune_vit_fmnist
 
 `demo` (on the demo ViT, runs/demo_vit) and `smoke` (on runs/smoke_vit) variants.
@@ -27,8 +28,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.criteria = ("random", "l2", "his", "ad", "hies")
     c.random_seeds = (0, 1, 2)
     c.alphas = tuple(round(0.1 * i, 1) for i in range(10))
-    c.ood_limit = 1000
-    c.eval_batch_size = 256
+    c.data = ml_collections.ConfigDict(dict(ood_limit=1000))  # OOD sets: a fixed random subset
+    c.eval = ml_collections.ConfigDict(dict(batch_size=256))
     if arg == "demo":
         c.title += " (demo)"
         c.base_workdir = "runs/demo_vit"
@@ -39,8 +40,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.ratios = (0.0, 0.3, 0.6)
         c.random_seeds = (0, 1)
         c.alphas = (0.0, 0.5)
-        c.ood_limit = 48
-        c.eval_batch_size = 32
+        c.data.ood_limit = 48
+        c.eval.batch_size = 32
     # The device mesh the run is laid out on (docs/scale.md); it changes no result.
     c.mesh = ml_collections.ConfigDict(dict(data=1, member=1, heads=1))
     c.lock()

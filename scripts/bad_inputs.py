@@ -37,7 +37,7 @@ import hydra_jax as hj  # noqa: E402
 from hydra_jax import metrics  # noqa: E402
 from hydra_jax.convert.torch_pickle import load_torch_bin  # noqa: E402
 from hydra_jax.data import TextEncoder, TokenizedSet, image_sources  # noqa: E402
-from hydra_jax.experiments import common  # noqa: E402
+from hydra_jax.experiments.workdir import Workdir, WorkdirError  # noqa: E402
 from hydra_jax.heads import keep_mask, score  # noqa: E402
 from hydra_jax.models import (  # noqa: E402
     BertConfig,
@@ -671,16 +671,16 @@ def cases(tmp: Path) -> list[Case]:
         ("batch size 0", lambda: TrainSettings(batch_size=0), V, "train.batch_size"),
         (
             "evaluation batch size 0 in a config",
-            lambda: common.claim_workdir(
-                ml_collections.ConfigDict({"eval": {"batch_size": 0}}), tmp / "never_claimed"
+            lambda: Workdir(tmp / "never_claimed").claim(
+                ml_collections.ConfigDict({"eval": {"batch_size": 0}})
             ),
             V,
             "eval.batch_size must be a positive integer",
         ),
         (
             "a negative train_limit in a config",
-            lambda: common.claim_workdir(
-                ml_collections.ConfigDict({"data": {"train_limit": -1}}), tmp / "never_claimed"
+            lambda: Workdir(tmp / "never_claimed").claim(
+                ml_collections.ConfigDict({"data": {"train_limit": -1}})
             ),
             V,
             "data.train_limit must be a non-negative integer",
@@ -742,11 +742,11 @@ def cases(tmp: Path) -> list[Case]:
         ),
         (
             "evaluate a missing workdir",
-            lambda: common.check_workdir(ml_collections.ConfigDict({"a": 1}), tmp / "none"),
-            common.WorkdirError,
+            lambda: Workdir(tmp / "none").check(ml_collections.ConfigDict({"a": 1})),
+            WorkdirError,
             "no run of this experiment",
         ),
-        ("workdir of another config", lambda: _conflict(tmp), common.WorkdirError, "a: 1 -> 2"),
+        ("workdir of another config", lambda: _conflict(tmp), WorkdirError, "a: 1 -> 2"),
         # --- image data
         (
             "Fashion-MNIST not fetched",
@@ -945,8 +945,8 @@ def _exploit(tmp: Path):
 
 
 def _conflict(tmp: Path):
-    common.claim_workdir(ml_collections.ConfigDict({"a": 1}), tmp / "owned")
-    common.claim_workdir(ml_collections.ConfigDict({"a": 2}), tmp / "owned")
+    Workdir(tmp / "owned").claim(ml_collections.ConfigDict({"a": 1}))
+    Workdir(tmp / "owned").claim(ml_collections.ConfigDict({"a": 2}))
 
 
 CLI_CASES = [  # (arguments, fragment of the one-line error)

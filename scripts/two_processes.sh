@@ -47,10 +47,12 @@ two() {  # 2 processes x 4 devices, mesh data=4 x member=2: SCRIPT CONFIG WORKDI
 
 status=0
 for run in one two; do
-  "$run" evaluate.py configs/prune_minilm_mr.py:smoke "$OUT/$run/prune_text" \
-    --config.base_workdir="$OUT/smoke"
-  "$run" evaluate.py configs/prune_vit_fmnist.py:smoke "$OUT/$run/prune_vit" \
-    --config.base_workdir="$OUT/smoke_vit"
+  for stage in train.py evaluate.py; do
+    "$run" "$stage" configs/prune_minilm_mr.py:smoke "$OUT/$run/prune_text" \
+      --config.base_workdir="$OUT/smoke"
+    "$run" "$stage" configs/prune_vit_fmnist.py:smoke "$OUT/$run/prune_vit" \
+      --config.base_workdir="$OUT/smoke_vit"
+  done
   "$run" train.py configs/ablate_vit_fmnist.py:smoke "$OUT/$run/ablate_vit" \
     --config.base_workdir="$OUT/smoke_vit"
   "$run" evaluate.py configs/ablate_vit_fmnist.py:smoke "$OUT/$run/ablate_vit" \

@@ -30,7 +30,17 @@ from configs import (
 from hydra_jax import metrics
 from hydra_jax.data import random_tokens
 from hydra_jax.evaluation import method_metrics, predict, softmax, xla_flops
-from hydra_jax.experiments import ablations, baselines, common, hydra, pruning, zero_shot
+from hydra_jax.experiments import (
+    ablations,
+    baselines,
+    hydra,
+    members,
+    methods,
+    pruning,
+    study_data,
+    zero_shot,
+)
+from hydra_jax.experiments.workdir import Workdir, WorkdirError, flat
 from hydra_jax.models import BertConfig, EncoderConfig
 
 REPO = Path(__file__).parent.parent
@@ -94,7 +104,7 @@ def test_every_artefact_exists(smoke_run):
 
 def test_results_record_the_config_they_were_evaluated_with(smoke_run):
     config, _, results = smoke_run
-    assert common.flat(results["config"]) == common.flat(config)
+    assert flat(results["config"]) == flat(config)
 
 
 def test_results_equal_metrics_recomputed_from_predictions(smoke_run):
@@ -118,9 +128,10 @@ def test_results_equal_metrics_recomputed_from_predictions(smoke_run):
 def test_bf16_evaluation_of_the_smoke_run_is_close_to_fp32(smoke_run):
     """`eval.dtype = "bfloat16"`: the same trained models, every method's forward in bf16."""
     config, workdir, results = smoke_run
-    models, study, _ = baselines.trained(workdir)
+    _, study, _ = baselines.trained(workdir, [0])
     sets = {"id": study.test} | {f"ood_{name}": s for name, s in study.ood.items()}
-    for method in baselines.methods(config, models, dtype="bfloat16"):
+    trained = methods.Trained(Workdir(workdir), config, Workdir(workdir), dtype="bfloat16")
+    for method in methods.build(config.methods, trained):
         predictions = {"labels": study.test.labels}
         for prefix, dataset in sets.items():
             logits = predict(method, dataset, config.eval.batch_size, progress=False)
@@ -182,14 +193,14 @@ def test_config_is_locked_against_typos():
 def test_ood_limit_caps_only_the_ood_test_sets(synthetic_data_dir, tiny_checkpoint):
     config = smoke_config(synthetic_data_dir, tiny_checkpoint)
     config.data.eval_limit = 0
-    full = common.load_data(config)
+    full = study_data.load_data(config)
     config.data.ood_limit = 7
-    capped = common.load_data(config)
+    capped = study_data.load_data(config)
     assert len(capped.test) == len(full.test) > 7
     for name, ood in capped.ood.items():
         assert len(full.ood[name]) > 7 and len(ood) == 7
     config.data.eval_limit = 5  # both set: the smaller applies to the OOD sets
-    both = common.load_data(config)
+    both = study_data.load_data(config)
     assert len(both.test) == 5 and {len(o) for o in both.ood.values()} == {5}
 
 
@@ -205,7 +216,7 @@ def test_ood_limit_caps_only_the_ood_test_sets(synthetic_data_dir, tiny_checkpoi
     ],
 )  # fmt: skip
 def test_demo_config_differs_from_the_default_only_in_its_budget(module, budget):
-    default, demo = common.flat(module.get_config()), common.flat(module.get_config("demo"))
+    default, demo = flat(module.get_config()), flat(module.get_config("demo"))
     assert demo.keys() == default.keys()
     changed = {key for key in default if default[key] != demo[key]}
     assert changed == {"title", *budget}
@@ -213,8 +224,8 @@ def test_demo_config_differs_from_the_default_only_in_its_budget(module, budget)
 
 def test_a_study_seed_offsets_training_seeds_and_names_its_base_workdir():
     seeded = minilm_mr.get_config("demo,2")
-    assert seeded.seed == 2 and baselines.training_seed(seeded, 1) == 2001
-    assert baselines.training_seed(minilm_mr.get_config("demo"), 1) == 1
+    assert seeded.seed == 2 and members.training_seed(seeded, 1) == 2001
+    assert members.training_seed(minilm_mr.get_config("demo"), 1) == 1
     assert hydra_minilm_mr.get_config("demo,2").base_workdir == "runs/demo_baselines_seed2"
     assert hydra_vit_fmnist.get_config(",1").base_workdir == "runs/vit_fmnist_seed1"
 
@@ -226,15 +237,15 @@ def test_evaluate_on_a_missing_workdir_creates_nothing(
     synthetic_data_dir, tiny_checkpoint, tmp_path
 ):
     config = smoke_config(synthetic_data_dir, tiny_checkpoint)
-    with pytest.raises(common.WorkdirError, match=r"no run of this experiment.*run train\.py"):
+    with pytest.raises(WorkdirError, match=r"no run of this experiment.*run train\.py"):
         baselines.evaluate(config, tmp_path / "missing")
     assert not (tmp_path / "missing").exists()
 
 
 def test_evaluate_on_an_unfinished_workdir_says_so(synthetic_data_dir, tiny_checkpoint, tmp_path):
     config = smoke_config(synthetic_data_dir, tiny_checkpoint)
-    common.claim_workdir(config, tmp_path)  # as a train.py killed before its first checkpoint
-    with pytest.raises(common.WorkdirError, match="holds no published classifier of member 0"):
+    Workdir(tmp_path).claim(config)  # as a train.py killed before its first checkpoint
+    with pytest.raises(WorkdirError, match="holds no published classifier of member 0"):
         baselines.evaluate(config, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
 
@@ -253,7 +264,7 @@ def test_counts_are_checked_before_the_workdir_is_claimed(
     section, _, name = key.rpartition(".")
     (config[section] if section else config)[name] = value
     with pytest.raises(ValueError, match=rf"{re.escape(key)} must be {kind}, got {value}"):
-        common.claim_workdir(config, tmp_path / "run")
+        Workdir(tmp_path / "run").claim(config)
     assert not (tmp_path / "run").exists()
 
 
@@ -263,16 +274,16 @@ def test_a_second_config_is_refused_and_config_json_kept(smoke_run):
     changed = ml_collections.ConfigDict(config.to_dict())
     changed.train.learning_rate = 1e-3
     changed.train.epochs = 4.0
-    with pytest.raises(common.WorkdirError, match=r"train\.epochs: 5\.0 -> 4\.0; "
+    with pytest.raises(WorkdirError, match=r"train\.epochs: 5\.0 -> 4\.0; "
                        r"train\.learning_rate: 0\.003 -> 0\.001"):  # fmt: skip
         baselines.train(changed, workdir)
-    with pytest.raises(common.WorkdirError, match=r"train\.learning_rate"):
+    with pytest.raises(WorkdirError, match=r"train\.learning_rate"):
         baselines.evaluate(changed, workdir)
     assert (workdir / "config.json").read_text() == before
     assert sorted(p.name for p in (workdir / "members" / "member_0" / "checkpoints").iterdir())
     retitled = ml_collections.ConfigDict(config.to_dict())
     retitled.title = "another title"  # cosmetic: accepted
-    common.check_workdir(retitled, workdir)
+    Workdir(workdir).check(retitled)
 
 
 def test_a_tokenizer_larger_than_the_vocabulary_is_refused(synthetic_data_dir, tmp_path):
@@ -314,7 +325,7 @@ def test_pruning_curves_smoke(smoke_run, tmp_path):
     config.base_workdir = str(workdir)
     config.ratios = (0.0, 0.5)
     config.alphas = (0.0, 1.0)
-    pruning.train(config, tmp_path)  # nothing to train: checks the base run
+    pruning.train(config, tmp_path)  # scores the heads, chooses the alphas
     results = pruning.evaluate(config, tmp_path)
     curves = results["curves"]
     assert set(curves) == {"random", "l2", "his", "ad", "hies"}
@@ -334,7 +345,7 @@ def test_hydra_smoke(smoke_run, tmp_path):
     config.strategies = ("stratified", "circuit", "taylor")
     config.methods = ("single", "pruned_taylor", "hydra_stratified", "hydra_circuit")
     config.fused_train.epochs = 0.25  # exercise fine-tuning the fused network too
-    with pytest.raises(common.WorkdirError, match="no run of this experiment"):
+    with pytest.raises(WorkdirError, match="no run of this experiment"):
         hydra.evaluate(config, tmp_path)  # evaluate.py does not train: train.py first
     hydra.train(config, tmp_path)
     results = hydra.evaluate(config, tmp_path)
@@ -390,7 +401,7 @@ def test_cli_on_two_processes_equals_one_process(smoke_run, tmp_path):
     config, workdir, results = smoke_run
     overrides = [
         f"--config.{k}={v}"
-        for k, v in common.flat(config).items()
+        for k, v in flat(config).items()
         if k in ("data_dir", "checkpoint", "data.max_tokens")
         or k.startswith("train.")  # epochs, learning rate, checkpoint cadence
     ]

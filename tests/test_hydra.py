@@ -3,6 +3,8 @@ reference (BERT, a CLIP vision tower and a dual encoder's zero-shot ViT tower)."
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 import pytest
@@ -151,6 +153,14 @@ def test_fuse_refuses_unequal_members(base, head_sets):
         (lambda m: hydra.baselines.mc_dropout(m, 0), "samples must be a positive integer"),
         (lambda m: hydra.baselines.stack([]), "no members to stack"),
         (lambda m: hydra.circuit_head_sets(m, [], [], 2), "no circuit objectives"),
+        (lambda m: hydra.head_sets("best", m, 2), "unknown member strategy 'best'"),
+        (lambda m: hydra.head_sets("taylor", m, 4), "4 members do not divide the 6 heads"),
+        (lambda m: hydra.head_sets("taylor", m, 2, calibration=[[]]), "for each of 2 members"),
+        (lambda m: hydra.head_sets("circuit", m, 2), "uncertainty data for each of 2 members"),
+        (
+            lambda m: hydra.head_sets("hies", m, 2, calibration=[[], []], alphas=(0.5,)),
+            "one alpha per member",
+        ),
     ],
 )
 def test_member_strategies_and_baselines_refuse_bad_arguments(base, call, match):
@@ -229,6 +239,15 @@ def test_taylor_and_hies_member_sets(base):
     assert taylor.shape == (2, L, N) and np.all(taylor.sum(-1) == 2)
     sets = hydra.hies_head_sets(model, [batch], alphas=(0.0, 1.0), keep_per_layer=2)
     assert np.all(sets.sum(-1) == 2) and not np.array_equal(sets[0], sets[1])
+    # The registry dispatches to the same strategies, keeping N / M heads per layer.
+    registry = functools.partial(hydra.head_sets, model=model, num_members=2, calibration=halves)
+    np.testing.assert_array_equal(registry("taylor"), hydra.taylor_head_sets(model, halves, N // 2))
+    np.testing.assert_array_equal(
+        registry("hies", alphas=(0.0, 1.0)),
+        hydra.hies_head_sets(model, halves[0], (0.0, 1.0), N // 2),
+    )
+    his = hj.heads.his_and_entropy(model, halves[0])[0]
+    np.testing.assert_array_equal(registry("stratified"), hydra.stratified_head_sets(his, 2))
 
 
 # ----------------------------------------------------------------------------- circuit

@@ -15,7 +15,7 @@ import hydra_jax as hj
 from configs import vit_fmnist
 from hydra_jax import data
 from hydra_jax.data import image_builder, image_sources
-from hydra_jax.experiments import common
+from hydra_jax.experiments import artefacts
 from hydra_jax.testing import assert_close
 
 
@@ -105,8 +105,8 @@ def test_published_vit_loads_in_transformers_with_our_logits(tmp_path):
     import transformers
 
     config = vit_fmnist.get_config("smoke")
-    model = hj.Model.init(common.scratch_config(config), jax.random.key(3))
-    common.publish(config, model, tmp_path)
+    model = hj.Model.init(artefacts.scratch_config(config), jax.random.key(3))
+    artefacts.publish(config, model, tmp_path)
     reference = transformers.ViTForImageClassification.from_pretrained(tmp_path).eval()
     processor = transformers.AutoImageProcessor.from_pretrained(tmp_path)
     images = class_images(np.random.default_rng(4), np.arange(6))

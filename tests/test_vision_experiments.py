@@ -78,6 +78,7 @@ def test_hydra_and_pruning_run_on_the_published_vit(vision_run, tmp_path):
     prune_config = prune_vit_fmnist.get_config("smoke")
     prune_config.base_workdir = str(workdir)
     prune_config.criteria = ("random", "hies")
+    pruning.train(prune_config, tmp_path / "prune")
     curves = pruning.evaluate(prune_config, tmp_path / "prune")["curves"]
     assert curves["hies"]["0.0"]["acc"] == curves["random"]["0.0"]["acc"]
 

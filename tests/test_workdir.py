@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,29 +10,30 @@ from pathlib import Path
 
 import pytest
 
-from hydra_jax.experiments.common import LOCK_FILE, WorkdirError, hold_workdir
+from configs import prune_minilm_mr
+from hydra_jax.experiments.workdir import LOCK_FILE, Workdir, WorkdirError
 
 REPO = Path(__file__).parent.parent
 
 
 def test_a_held_workdir_refuses_a_second_holder_and_is_free_after(tmp_path):
     workdir = tmp_path / "run"
-    with hold_workdir(workdir):
+    with Workdir(workdir).hold():
         (workdir / "checkpoint").write_text("the first run's work")
         held = rf"{workdir} is in use by process {os.getpid()} "
-        with pytest.raises(WorkdirError, match=held), hold_workdir(workdir):
+        with pytest.raises(WorkdirError, match=held), Workdir(workdir).hold():
             pass
     assert (workdir / "checkpoint").read_text() == "the first run's work"
-    with hold_workdir(workdir):  # released when its holder ends: no stale lock
+    with Workdir(workdir).hold():  # released when its holder ends: no stale lock
         pass
-    with hold_workdir(tmp_path / "absent", create=False):
+    with Workdir(tmp_path / "absent").hold(create=False):
         pass
     assert not (tmp_path / "absent").exists()
 
 
 def test_a_second_train_py_on_a_running_workdir_is_refused(tmp_path):
     workdir = tmp_path / "run"
-    with hold_workdir(workdir):  # as a running train.py holds it
+    with Workdir(workdir).hold():  # as a running train.py holds it
         (workdir / "config.json").write_text("{}")
         second = subprocess.run(
             [sys.executable, "train.py", "--config=configs/minilm_mr.py:smoke",
@@ -42,3 +44,31 @@ def test_a_second_train_py_on_a_running_workdir_is_refused(tmp_path):
     assert f"error: {workdir} is in use by process {os.getpid()} on " in second.stderr
     assert sorted(p.name for p in workdir.iterdir()) == [LOCK_FILE, "config.json"]
     assert (workdir / "config.json").read_text() == "{}"
+
+
+def test_a_run_recorded_under_a_renamed_key_is_still_its_configs(tmp_path):
+    config = prune_minilm_mr.get_config("smoke")
+    recorded = json.loads(config.to_json())
+    recorded["ood_limit"] = recorded.pop("data")["ood_limit"]  # the spelling before the rename
+    recorded["eval_batch_size"] = recorded.pop("eval")["batch_size"]
+    (tmp_path / "config.json").write_text(json.dumps(recorded))
+    Workdir(tmp_path).check(config)
+    config.unlock()
+    config.data.ood_limit += 1
+    with pytest.raises(WorkdirError, match=r"data\.ood_limit: 48 -> 49"):
+        Workdir(tmp_path).check(config)
+
+
+def test_stages_are_timed_and_added_to_earlier_runs(tmp_path):
+    first, second = Workdir(tmp_path), Workdir(tmp_path)
+    with first.stage("train member 0"):
+        pass
+    first.save_stages()
+    with second.stage("train member 0", record=False):  # restored: keeps the first run's time
+        pass
+    with second.stage("train member 1"):
+        pass
+    second.save_stages()
+    timings = json.loads((tmp_path / "train_timings.json").read_text())
+    assert list(timings) == ["train member 0", "train member 1"]
+    assert timings["train member 0"] == first.stages["train member 0"]

@@ -88,3 +88,54 @@ def circuit_head_sets(
             for m, data in enumerate(tqdm(validation, desc="circuit search", leave=False))
         ]
     )
+
+
+# What each strategy reads, per member: labelled calibration batches, or ID + OOD validation
+# batches (`UncertaintyBatches`) for the circuit search.
+STRATEGIES = {"taylor": "calibration", "circuit": "uncertainty", "hies": "calibration",
+              "stratified": "calibration"}  # fmt: skip
+
+
+def head_sets(
+    strategy: str,
+    model: Model,
+    num_members: int,
+    *,
+    calibration: Sequence[Sequence[Batch]] = (),
+    uncertainty: Sequence[UncertaintyBatches] = (),
+    alphas: Sequence[float] = (),
+    objectives: Sequence[str] = (),
+) -> np.ndarray:
+    """Member head sets `[M, L, N]` of `strategy`, each member keeping N / M heads per layer.
+
+    Args:
+      strategy: a key of `STRATEGIES`.
+      model: the classifier whose heads are chosen.
+      num_members: M; it must divide the heads per layer.
+      calibration: per member, labelled batches (`taylor`: member m scores on its own;
+        `hies`, `stratified`: member 0's serve all).
+      uncertainty: per member, ID + OOD validation batches (`circuit`).
+      alphas: HIES's alpha per member (`hies`).
+      objectives: the circuit objective per member, cycled (`circuit`).
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown member strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+    checks.count("num_members", num_members)
+    heads = model.config.encoder.num_heads[0]
+    if heads % num_members:
+        raise ValueError(f"{num_members} members do not divide the {heads} heads per layer")
+    n = heads // num_members
+    data = calibration if STRATEGIES[strategy] == "calibration" else uncertainty
+    if len(data) < num_members:
+        raise ValueError(f"strategy {strategy!r} needs {STRATEGIES[strategy]} data for each of "
+                         f"{num_members} members; {len(data)} given")  # fmt: skip
+    if strategy == "taylor":
+        return taylor_head_sets(model, calibration[:num_members], n)
+    if strategy == "hies":
+        if len(alphas) != num_members:
+            raise ValueError(f"hies needs one alpha per member: {num_members} members, "
+                             f"alphas {list(alphas)}")  # fmt: skip
+        return hies_head_sets(model, calibration[0], alphas, n)
+    if strategy == "stratified":
+        return stratified_head_sets(his_and_entropy(model, calibration[0])[0], num_members)
+    return circuit_head_sets(model, uncertainty[:num_members], objectives, n)

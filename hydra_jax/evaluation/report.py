@@ -15,11 +15,25 @@ def _pct(x: float) -> str:
     return f"{100 * x:.2f}"
 
 
-def markdown(results: dict[str, Any], title: str) -> str:
-    """Tables of ID metrics, OOD metrics per set (MSP score) and costs; percentages."""
-    methods = results["methods"]
+def markdown(title: str, sections: list[list[str]], stages: dict[str, float]) -> str:
+    """`report.md`: the title, each evaluator's section (lines), the wall time per stage."""
     lines = [f"# {title}", ""]
+    for section in sections:
+        lines += section
+    if stages:
+        lines += ["", "## Wall time per stage", "", "| stage | seconds |", "|---|---|"]
+        lines += [f"| {k} | {v:.1f} |" for k, v in stages.items()]
     lines += [
+        "",
+        "Metrics are recomputable from `predictions/NAME.npz` with `hydra_jax.metrics`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def id_table(methods: dict[str, Any]) -> list[str]:
+    """ID accuracy, calibration and member diversity of each method (`results["methods"]`)."""
+    lines = [
         "## In-distribution test set",
         "",
         "| method | acc % | NLL | Brier | ECE % | aECE % | MCE % | entropy | MI | disagreement |",
@@ -32,24 +46,34 @@ def markdown(results: dict[str, Any], title: str) -> str:
             f"| {name} | {_pct(m['acc'])} | {m['nll']:.4f} | {m['brier']:.4f} | {_pct(m['ece'])} "
             f"| {_pct(m['aece'])} | {_pct(m['mce'])} | {m['entropy']:.4f} | {' | '.join(extra)} |"
         )
+    return lines
+
+
+def ood_table(methods: dict[str, Any]) -> list[str]:
+    """AUROC / AUPR / FPR95 (MSP score) of each method per OOD set (none: no lines)."""
     ood_sets = [s for s in next(iter(methods.values()))["ood"] if s != "mean"]
-    if ood_sets:  # a study may have none (calibration only)
-        lines += [
-            "",
-            "## OOD detection (MSP score; OOD is the positive class), AUROC / AUPR / FPR95 in %",
-            "",
-            "| method | " + " | ".join([*ood_sets, "mean"]) + " |",
-            "|---|" + "---|" * (len(ood_sets) + 1),
+    if not ood_sets:  # a study may have none (calibration only)
+        return []
+    lines = [
+        "",
+        "## OOD detection (MSP score; OOD is the positive class), AUROC / AUPR / FPR95 in %",
+        "",
+        "| method | " + " | ".join([*ood_sets, "mean"]) + " |",
+        "|---|" + "---|" * (len(ood_sets) + 1),
+    ]
+    for name, r in methods.items():
+        cells = [
+            f"{_pct(r['ood'][s]['auroc'])} / {_pct(r['ood'][s]['aupr'])} / "
+            f"{_pct(r['ood'][s]['fpr95'])}"
+            for s in [*ood_sets, "mean"]
         ]
-        for name, r in methods.items():
-            cells = [
-                f"{_pct(r['ood'][s]['auroc'])} / {_pct(r['ood'][s]['aupr'])} / "
-                f"{_pct(r['ood'][s]['fpr95'])}"
-                for s in [*ood_sets, "mean"]
-            ]
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += _shift_tables(methods)
-    lines += [
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def cost_table(methods: dict[str, Any]) -> list[str]:
+    """Parameters, XLA FLOPs per example and latency of each method."""
+    lines = [
         "",
         "## Cost (CPU, fp32; latency of one batch, median)",
         "",
@@ -62,18 +86,10 @@ def markdown(results: dict[str, Any], title: str) -> str:
             f"| {name} | {c['params']:,} | {c['flops_per_example'] / 1e9:.4g} | "
             f"{c['latency_ms']:.1f} | {c['examples_per_s']:.1f} |"
         )
-    if results.get("stages"):
-        lines += ["", "## Wall time per stage", "", "| stage | seconds |", "|---|---|"]
-        lines += [f"| {k} | {v:.1f} |" for k, v in results["stages"].items()]
-    lines += [
-        "",
-        "Metrics are recomputable from `predictions/NAME.npz` with `hydra_jax.metrics`.",
-        "",
-    ]
-    return "\n".join(lines)
+    return lines
 
 
-def _shift_tables(methods: dict[str, Any]) -> list[str]:
+def shift_tables(methods: dict[str, Any]) -> list[str]:
     """Accuracy, NLL and ECE of each method on the shifted ID test sets (none: no lines)."""
     shifts = list(next(iter(methods.values())).get("shift", {}))
     if not shifts:

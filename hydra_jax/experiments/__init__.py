@@ -3,11 +3,18 @@
 | `experiment` | train | evaluate |
 |---|---|---|
 | `baselines` | fine-tune one classifier per seed | single / deep ensemble / MC dropout |
-| `pruning` | nothing (checks the base run) | pruning curves of the base model |
+| `pruning` | head scores, HIES's alpha per ratio | pruning curves of the base model |
 | `hydra` | member head sets, member fine-tuning, fusion | Hydras beside the baselines |
 | `ablations` | members per ensemble size and head-set strategy | averaged vs per-member MLPs |
 | `zero_shot` | a dual encoder (locked text), zero-shot member head sets | zero-shot Hydras |
 | `custom` | your checkpoint on your data files: members, Hydras | every method named |
+
+Each study's `train` produces every artefact (member checkpoints, head sets, fused Hydras,
+scores) and its `evaluate` only loads them: no evaluate stage trains. The pieces they share:
+`workdir` (ownership, the lock, process-0 writes, stage timings, results), `study_data` (the
+embedded sets), `members` (seeds, head-set data, member fine-tuning), `artefacts` (what is
+published and loaded back) and `evaluators` (the prediction loop and the metrics and report
+sections of each method).
 """
 
 from __future__ import annotations
@@ -20,15 +27,19 @@ import ml_collections
 
 from hydra_jax.experiments import (
     ablations,
+    artefacts,
     baselines,
-    common,
     custom,
+    evaluators,
     hydra,
+    members,
     pruning,
+    study_data,
+    workdir,
     zero_shot,
 )
 
-Stage = Callable[[ml_collections.ConfigDict, Path], Any]
+Stage = Callable[[ml_collections.ConfigDict, "workdir.Workdir | Path"], Any]
 
 EXPERIMENTS: dict[str, tuple[Stage, Stage]] = {
     "baselines": (baselines.train, baselines.evaluate),
@@ -48,6 +59,6 @@ def stages(config: ml_collections.ConfigDict) -> tuple[Stage, Stage]:
 
 
 __all__ = [
-    "EXPERIMENTS", "ablations", "baselines", "common", "custom", "hydra", "pruning", "stages",
-    "zero_shot",
+    "EXPERIMENTS", "ablations", "artefacts", "baselines", "custom", "evaluators", "hydra",
+    "members", "pruning", "stages", "study_data", "workdir", "zero_shot",
 ]  # fmt: skip

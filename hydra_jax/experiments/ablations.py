@@ -11,14 +11,13 @@ members (N / M heads per layer each, fine-tuned) are evaluated twice:
 
 Reported per row: head overlap (mean pairwise Jaccard index of the members' head sets), ID
 accuracy / NLL / ECE, member disagreement and mutual information, mean OOD AUROC (MSP), params
-and XLA FLOPs per example. `train` fine-tunes every member (resuming); `evaluate` evaluates them.
+and XLA FLOPs per example. `train` chooses the head sets and fine-tunes every member (resuming),
+saving each; `evaluate` loads and evaluates them (it trains nothing).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +25,13 @@ import ml_collections
 import numpy as np
 
 from hydra_jax import ensembles
+from hydra_jax.convert.native import load_model, save_model
 from hydra_jax.data import subset
 from hydra_jax.ensembles import baselines as forwards
 from hydra_jax.evaluation import Method, cost, logits_forward, method_metrics, predict, softmax
 from hydra_jax.evaluation.report import pyplot
-from hydra_jax.experiments import baselines, common, hydra
+from hydra_jax.experiments import baselines, members, study_data
+from hydra_jax.experiments.workdir import Workdir
 from hydra_jax.models.sharding import is_primary
 from hydra_jax.training import TrainSettings
 
@@ -42,74 +43,83 @@ def overlap(sets: np.ndarray) -> float:
                           for a, b in pairs]))  # fmt: skip
 
 
-def _members(
-    config: ml_collections.ConfigDict, workdir: Path
-) -> tuple[dict[tuple[int, str], Any], common.StudyData]:
-    """`{(M, strategy): (head sets, fine-tuned members)}`, fine-tuning what is not finished, and
-    the base run's data."""
-    (single,), study, base = baselines.trained(Path(config.base_workdir), indices=[0])
-    train = subset(study.train, config.train_limit) if config.train_limit else study.train
+def row_name(size: int, strategy: str) -> str:
+    return f"M{size}_{strategy}"
+
+
+def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> None:
+    """Per (size, strategy): member head sets from the base model, members fine-tuned
+    (resuming); saves each member (`saved/M{M}_{strategy}/member_m`) and the head sets."""
+    workdir = Workdir.of(workdir)
+    # The base run must exist, and bad settings are refused before the workdir is touched.
+    base = Workdir(config.base_workdir).recorded()
     settings = TrainSettings(**{**base.train.to_dict(), **config.member_train.to_dict()})
-    out, steps = {}, {}
+    workdir.claim(config)
+    with workdir.stage("load"):
+        (single,), study, base = baselines.trained(Workdir(config.base_workdir), indices=[0])
+    d = config.data
+    train_set = subset(study.train, d.train_limit) if d.train_limit else study.train
+    record, steps = {}, {}
     heads = single.config.encoder.num_heads[0]
     for M, strategy in itertools.product(config.sizes, config.strategies):
         if heads % M:
             raise ValueError(f"ensemble size {M} does not divide the {heads} heads per layer")
-        sized = ml_collections.ConfigDict({**config.to_dict(), "num_members": M})
-        sets = hydra.head_sets(sized, base, strategy, single, train)
-        directory = workdir / "members" / f"M{M}_{strategy}"
-        members = hydra.fine_tuned_members(single, sets, train, settings, base, directory, steps)
-        out[M, strategy] = (sets, members)
-    return out, study
+        name = row_name(M, strategy)
+        seeds = members.member_seeds(base, M)
+        with workdir.stage(f"M={M} {strategy}"):
+            sets = members.head_sets(config, strategy, single, train_set, seeds, num_members=M)
+            directory = workdir / "members" / name
+            fine_tuned = members.fine_tuned_members(
+                single, sets, train_set, settings, seeds, directory, steps
+            )
+        for m, member in enumerate(fine_tuned):
+            save_model(member, workdir / "saved" / name / f"member_{m}")
+        record[name] = sets.astype(int).tolist()
+    workdir.write_json("head_sets.json", record)
+    workdir.save_stages()
 
 
-def train(config: ml_collections.ConfigDict, workdir: Path) -> None:
-    """Fine-tunes the members of every (size, strategy) into `workdir` (resuming)."""
-    workdir = Path(workdir)
-    # The base run must exist, and bad settings are refused before the workdir is touched.
-    base = common.recorded_config(Path(config.base_workdir))
-    TrainSettings(**{**base.train.to_dict(), **config.member_train.to_dict()})
-    common.claim_workdir(config, workdir)
-    _members(config, workdir)
-
-
-def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
-    """Evaluates every (size, strategy, MLP) row; writes results.json, report.md and plots/."""
-    workdir = Path(workdir)
-    common.check_workdir(config, workdir)
-    start = time.perf_counter()
-    built, study = _members(config, workdir)
-    test = subset(study.test, config.eval_limit) if config.eval_limit else study.test
-    ood = {n: subset(s, config.ood_limit) if config.ood_limit else s for n, s in study.ood.items()}
-    stages = {"members (restored)": time.perf_counter() - start}
-    batch = common.latency_batch(config, study)
+def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
+    """Evaluates every (size, strategy, MLP) row from the members `train` saved; writes
+    results.json, report.md and plots/."""
+    workdir = Workdir.of(workdir)
+    workdir.check(config)
+    record = workdir.read_json(workdir.require(workdir / "head_sets.json", "head sets").name)
+    with workdir.stage("load"):
+        _, study, _ = baselines.trained(Workdir(config.base_workdir), indices=[0])
+    d = config.data
+    test = subset(study.test, d.eval_limit) if d.eval_limit else study.test
+    ood = {n: subset(s, d.ood_limit) if d.ood_limit else s for n, s in study.ood.items()}
+    batch = study_data.latency_batch(config, study)
     rows = []
-    for (M, strategy), (sets, members) in built.items():
-        start = time.perf_counter()
-        fused = ensembles.fuse(members)
-        methods = {
-            "per_member_mlp": Method("per_member_mlp", forwards.deep_ensemble(members[0]),
-                                     forwards.stack(members), stacked=True),
-            "averaged_mlp": Method("averaged_mlp", logits_forward(fused), fused.params),
-        }  # fmt: skip
-        for mlp, method in methods.items():
-            predictions = _predictions(method, test, ood, config.eval.batch_size)
-            result = method_metrics(predictions, list(ood), config.eval.num_bins)
-            rows.append({
-                "size": M, "strategy": strategy, "mlp": mlp,
-                "heads_per_member": int(sets[0, 0].sum()), "overlap": overlap(sets),
-                **{k: result["id"][k] for k in ("acc", "nll", "ece", "disagreement",
-                                                "mutual_information")},
-                "ood_auroc": result["ood"]["mean"]["auroc"],
-                **{k: v for k, v in cost(method, batch, 3).items()
-                   if k in ("params", "flops_per_example")},
-            })  # fmt: skip
-        stages[f"M={M} {strategy}"] = time.perf_counter() - start
-    results = {"rows": rows, "stages": stages, "config": json.loads(config.to_json_best_effort())}
+    for M, strategy in itertools.product(config.sizes, config.strategies):
+        name = row_name(M, strategy)
+        sets = np.array(record[name], bool)
+        with workdir.stage(f"evaluate M={M} {strategy}"):
+            saved = [workdir / "saved" / name / f"member_{m}" for m in range(M)]
+            fine_tuned = [load_model(workdir.require(path, "saved member")) for path in saved]
+            fused = ensembles.fuse(fine_tuned)
+            methods = {
+                "per_member_mlp": Method("per_member_mlp", forwards.deep_ensemble(fine_tuned[0]),
+                                         forwards.stack(fine_tuned), stacked=True),
+                "averaged_mlp": Method("averaged_mlp", logits_forward(fused), fused.params),
+            }  # fmt: skip
+            for mlp, method in methods.items():
+                predictions = _predictions(method, test, ood, config.eval.batch_size)
+                result = method_metrics(predictions, list(ood), config.eval.num_bins)
+                rows.append({
+                    "size": M, "strategy": strategy, "mlp": mlp,
+                    "heads_per_member": int(sets[0, 0].sum()), "overlap": overlap(sets),
+                    **{k: result["id"][k] for k in ("acc", "nll", "ece", "disagreement",
+                                                    "mutual_information")},
+                    "ood_auroc": result["ood"]["mean"]["auroc"],
+                    **{k: v for k, v in cost(method, batch, 3).items()
+                       if k in ("params", "flops_per_example")},
+                })  # fmt: skip
+    results = {"rows": rows, "stages": workdir.train_stages()}
     if is_primary():  # several processes: one writes
-        (workdir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
-        (workdir / "report.md").write_text(markdown(config, rows, stages))
         _plots(workdir / "plots", rows)
+    workdir.write_results(results, markdown(config, rows, results["stages"]), config)
     return results
 
 

@@ -9,14 +9,11 @@ checkpoint fine-tuned with a new classifier (`config.checkpoint`), or a ViT trai
 (`evaluate`, the pruning and Hydra experiments) loads those directories with
 `hydra_jax.from_pretrained`, as a user would load a hub checkpoint. `evaluate(config, workdir)`
 runs every method of `config.methods` on the ID test set, each OOD test set and each shifted
-test set and writes the artefacts of `hydra_jax.evaluation` (via `common.evaluate_methods`).
+test set and writes the artefacts of `hydra_jax.evaluation` (`evaluators.evaluate_methods`).
 """
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +21,12 @@ import jax
 import ml_collections
 
 from hydra_jax.convert import from_pretrained
-from hydra_jax.ensembles import baselines
-from hydra_jax.evaluation import Method
-from hydra_jax.experiments import common
-from hydra_jax.models import Model, with_classifier, with_dtype
-from hydra_jax.models.sharding import is_primary
+from hydra_jax.experiments import artefacts, methods, study_data
+from hydra_jax.experiments.artefacts import hf_dir
+from hydra_jax.experiments.evaluators import evaluate_methods
+from hydra_jax.experiments.members import training_seed
+from hydra_jax.experiments.workdir import Workdir, WorkdirError
+from hydra_jax.models import Model, with_classifier
 from hydra_jax.training import TrainSettings, fit, make_optimizer, make_train_step, schedule_length
 
 
@@ -37,32 +35,21 @@ def members(config: ml_collections.ConfigDict) -> list[int]:
     return list(range(config.ensemble_size)) if "deep_ensemble" in config.methods else [0]
 
 
-def training_seed(config: ml_collections.ConfigDict, member: int) -> int:
-    """Member `member`'s seed in study `config.seed` (0 when absent): studies share no model."""
-    return 1000 * config.get("seed", 0) + member
-
-
 def initial_model(config: ml_collections.ConfigDict, seed: int, base: Model | None) -> Model:
     """Seed `seed`'s starting point: a fresh ViT of `config.model`, or `base` (the pretrained
     checkpoint) with a new classifier."""
     if "model" in config:
-        return Model.init(common.scratch_config(config), jax.random.key(seed))
+        return Model.init(artefacts.scratch_config(config), jax.random.key(seed))
     assert base is not None
-    return with_classifier(base, common.num_classes(config), jax.random.key(seed))
+    return with_classifier(base, study_data.num_classes(config), jax.random.key(seed))
 
 
-def hf_dir(workdir: Path, member: int) -> Path:
-    return Path(workdir) / "hf" / f"member_{member}"
-
-
-def fit_members(
-    config: ml_collections.ConfigDict, workdir: Path, study: common.StudyData | None = None
-) -> tuple[list[Model], dict[str, float]]:
+def fit_members(config: ml_collections.ConfigDict, workdir: Workdir) -> list[Model]:
     """Trains one classifier per seed (resuming where a run stopped) and publishes each as an
-    HF directory."""
-    base = None if "model" in config else common.base_model(config)
-    study = study or common.load_data(config, base)
-    models, step_fn, timings = [], None, {}
+    HF directory; a member trained by an earlier run keeps that run's time."""
+    base = None if "model" in config else artefacts.base_model(config)
+    study = study_data.load_data(config, base)
+    models, step_fn = [], None
     for member in members(config):
         seed = training_seed(config, member)
         settings = TrainSettings(**config.train.to_dict(), seed=seed)
@@ -70,81 +57,49 @@ def fit_members(
         if step_fn is None:
             total = schedule_length(len(study.train), settings)[1]
             step_fn = make_train_step(model, make_optimizer(settings, total))
-        start = time.perf_counter()
-        published = (hf_dir(workdir, member) / "config.json").is_file()  # finished before
-        directory = Path(workdir) / "members" / f"member_{member}"
-        model = fit(model, study.train, settings, directory, step_fn=step_fn)
-        common.publish(config, model, hf_dir(workdir, member))
+        published = (hf_dir(workdir.path, member) / "config.json").is_file()  # finished before
+        with workdir.stage(f"train member {member} (seed {seed})", record=not published):
+            directory = workdir / "members" / f"member_{member}"
+            model = fit(model, study.train, settings, directory, step_fn=step_fn)
+            artefacts.publish(config, model, hf_dir(workdir.path, member))
         models.append(model)
-        if not published:  # a restored member keeps the time of the run that trained it
-            timings[f"train member {member} (seed {seed})"] = time.perf_counter() - start
-    return models, timings
+    return models
 
 
-def train(config: ml_collections.ConfigDict, workdir: Path) -> list[Model]:
+def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> list[Model]:
     """Trains one classifier per member seed into `workdir` (resuming where it stopped)."""
-    workdir = Path(workdir)
+    workdir = Workdir.of(workdir)
     TrainSettings(**config.train.to_dict())  # refuse bad settings before touching the workdir
-    common.claim_workdir(config, workdir)
-    models, timings = fit_members(config, workdir)
-    timings = {**common.read_json(workdir / "train_timings.json", {}), **timings}
-    if is_primary():
-        (workdir / "train_timings.json").write_text(json.dumps(timings, indent=2))
+    workdir.claim(config)
+    models = fit_members(config, workdir)
+    workdir.save_stages()
     return models
 
 
 def trained(
-    workdir: Path, indices: list[int] | None = None
-) -> tuple[list[Model], common.StudyData, ml_collections.ConfigDict]:
+    workdir: Workdir | Path, indices: list[int] | None = None
+) -> tuple[list[Model], study_data.StudyData, ml_collections.ConfigDict]:
     """The published classifiers `indices` (default: all) of a baselines workdir
     (`hf/member_M`, read with `from_pretrained`), with its data and recorded config."""
-    config = common.recorded_config(workdir)
+    workdir = Workdir.of(workdir)
+    config = workdir.recorded()
     models = []
     for member in members(config) if indices is None else indices:
-        path = hf_dir(workdir, member)
+        path = hf_dir(workdir.path, member)
         if not (path / "config.json").is_file():
-            raise common.WorkdirError(
+            raise WorkdirError(
                 f"{path} holds no published classifier of member {member}: run train.py with "
                 f"--workdir {workdir} (and its recorded config) to the end first"
             )
         models.append(from_pretrained(path))
-    return models, common.load_data(config, models[0]), config
+    return models, study_data.load_data(config, models[0]), config
 
 
-def methods(
-    config: ml_collections.ConfigDict,
-    models: list[Model],
-    names: Sequence[str] | None = None,
-    dtype: str = "float32",
-) -> list[Method]:
-    """The baseline methods `names` (default: `config.methods`) of finished `models`, computing
-    in `dtype` (`hydra_jax.with_dtype`)."""
-    names = config.methods if names is None else names
-    models = [with_dtype(m, dtype) for m in models]
-    single = models[0]
-    available = {
-        "single": lambda: Method("single", baselines.single(single), single.params),
-        "deep_ensemble": lambda: Method(
-            "deep_ensemble", baselines.deep_ensemble(single), baselines.stack(models), True
-        ),
-        "mc_dropout": lambda: Method(
-            "mc_dropout",
-            baselines.mc_dropout(single, config.mc_dropout_samples),
-            single.params,
-            loop_trips=config.mc_dropout_samples,
-        ),
-    }
-    unknown = sorted(set(names) - set(available))
-    if unknown:
-        raise ValueError(f"unknown methods {unknown}; available: {sorted(available)}")
-    return [available[name]() for name in names]
-
-
-def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
+def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
     """Evaluates every method; writes results.json, report.md, plots/ and predictions/."""
-    workdir = Path(workdir)
-    common.check_workdir(config, workdir)
-    models, study, _ = trained(workdir)
-    stages = common.read_json(workdir / "train_timings.json", {})
-    to_evaluate = methods(config, models, dtype=config.eval.dtype)
-    return common.evaluate_methods(config, workdir, to_evaluate, study, stages)
+    workdir = Workdir.of(workdir)
+    workdir.check(config)
+    trained = methods.Trained(workdir, config, workdir, config.eval.dtype)
+    to_evaluate = methods.build(config.methods, trained)
+    study = study_data.load_data(config, trained.member(0))
+    return evaluate_methods(config, workdir, to_evaluate, study)

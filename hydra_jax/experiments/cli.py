@@ -17,7 +17,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from hydra_jax.experiments import stages
-from hydra_jax.experiments.common import WorkdirError, flat, hold_workdir
+from hydra_jax.experiments.workdir import Workdir, WorkdirError, flat
 from hydra_jax.models.sharding import make_mesh
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -96,9 +96,9 @@ def run(stage_index: int) -> Callable[[list[str]], None]:
         config: ml_collections.ConfigDict = _CONFIG.value
         try:
             mesh = make_mesh(**config.mesh)  # on one device, no mesh at all: nothing moves
-            workdir = Path(_WORKDIR.value)
+            workdir = Workdir(_WORKDIR.value)
             with (
-                hold_workdir(workdir, create=stage_index == 0),
+                workdir.hold(create=stage_index == 0),
                 jax.set_mesh(mesh) if mesh.size > 1 else contextlib.nullcontext(),
             ):
                 stages(config)[stage_index](config, workdir)

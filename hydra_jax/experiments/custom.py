@@ -17,9 +17,7 @@ before anything trains.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +27,18 @@ import numpy as np
 
 from hydra_jax import ensembles
 from hydra_jax.convert import from_pretrained, save_pretrained
-from hydra_jax.convert.native import CONFIG_FILE, save_model
+from hydra_jax.convert.native import save_model
 from hydra_jax.data import Dataset, TextEncoder, concat_all, files
 from hydra_jax.data.files import ClassNames, Columns, DataError
-from hydra_jax.experiments import baselines, common, hydra
+from hydra_jax.experiments import members, methods, study_data
+from hydra_jax.experiments.artefacts import hf_dir
+from hydra_jax.experiments.evaluators import evaluate_methods
+from hydra_jax.experiments.members import training_seed
+from hydra_jax.experiments.workdir import Workdir
 from hydra_jax.models import Model, with_classifier
 from hydra_jax.models.sharding import barrier, is_primary, to_host
 from hydra_jax.training import TrainSettings, fit, make_optimizer, make_train_step, schedule_length
 
-BASELINES = ("single", "deep_ensemble", "mc_dropout")
 # What a published member carries besides its weights: the checkpoint's preprocessing.
 PREPROCESSING_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                        "vocab.txt", "merges.txt", "vocab.json", "spm.model",
@@ -46,13 +47,10 @@ PREPROCESSING_FILES = ("tokenizer.json", "tokenizer_config.json", "special_token
 
 def method_names(config: ml_collections.ConfigDict) -> list[str]:
     """`config.methods`, comma-separated (`single,deep_ensemble,hydra_taylor`)."""
-    names = [n.strip() for n in str(config.methods).split(",") if n.strip()]
-    known = {*BASELINES, *(f"{p}_{s}" for p in ("hydra", "pruned") for s in hydra.STRATEGIES)}
-    unknown = [n for n in names if n not in known]
-    if not names or unknown:
-        what = unknown or "no methods"
-        raise ValueError(f"config.methods: {what}; known: {', '.join(sorted(known))}")
-    return names
+    try:
+        return methods.check_names([n.strip() for n in str(config.methods).split(",") if n.strip()])
+    except ValueError as error:
+        raise ValueError(f"config.{error}") from None
 
 
 def strategies(config: ml_collections.ConfigDict) -> list[str]:
@@ -81,7 +79,7 @@ def named_specs(value: str, key: str) -> dict[str, str]:
 class UserData:
     """The study's sets, preprocessed, and the class names every split was labelled with."""
 
-    study: common.StudyData
+    study: study_data.StudyData
     classes: ClassNames
     validation: Dataset | None  # ID validation (circuit search)
     ood_validation: Dataset | None  # OOD validation, pooled (circuit search)
@@ -97,7 +95,7 @@ def load(config: ml_collections.ConfigDict) -> UserData:
     """
     d, checkpoint = config.data, Path(config.model)
     columns = Columns(d.text_column, d.pair_column, d.label_column)
-    data_dir = common.data_dir(config)
+    data_dir = study_data.data_dir(config)
     needs_validation = "circuit" in strategies(config)
     if needs_validation and not (d.validation and d.ood_validation):
         raise ValueError("the circuit strategy searches on validation data: set "
@@ -134,7 +132,7 @@ def load(config: ml_collections.ConfigDict) -> UserData:
         return files.to_dataset(split, checkpoint, classes if labels else None, encoder)
 
     ood_limit = min((n for n in (d.eval_limit, d.ood_limit) if n), default=0)
-    study = common.StudyData(
+    study = study_data.StudyData(
         train=prepare(raw["train"], d.train_limit),
         test=prepare(raw["test"], d.eval_limit),
         ood={name: prepare(split, ood_limit, labels=False) for name, split in ood.items()},
@@ -172,76 +170,59 @@ def publish(config: ml_collections.ConfigDict, model: Model, path: Path) -> None
     barrier(f"published {path}")
 
 
-def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
+def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
     """Fine-tunes the members, builds every Hydra the methods need (resuming where it stopped)."""
-    workdir = Path(workdir)
+    workdir = Workdir.of(workdir)
     settings = TrainSettings(**config.train.to_dict())  # refused before the workdir is touched
     member_settings = TrainSettings(**{**config.train.to_dict(), **config.member_train.to_dict()})
     names = method_names(config)
-    start = time.perf_counter()
-    user = load(config)
-    common.claim_workdir(config, workdir)
-    stages = {"load data": time.perf_counter() - start}
+    with workdir.stage("load data"):
+        user = load(config)
+    workdir.claim(config)
     train_set = user.study.train
-    members = range(config.ensemble_size if "deep_ensemble" in names else 1)
     step_fn = None
-    for m in members:
-        start = time.perf_counter()
-        seed = baselines.training_seed(config, m)
-        model = initial_model(config, user.classes, seed)
-        if m == 0 and user.encoder is not None:
-            common.check_vocabulary(user.encoder, model, Path(config.model))
-        if step_fn is None:
-            total = schedule_length(len(train_set), settings)[1]
-            step_fn = make_train_step(model, make_optimizer(settings, total))
-        model = fit(model, train_set, dataclasses.replace(settings, seed=seed),
-                    workdir / "members" / f"member_{m}", step_fn=step_fn)  # fmt: skip
-        publish(config, model, baselines.hf_dir(workdir, m))
+    for m in range(config.ensemble_size if "deep_ensemble" in names else 1):
+        seed = training_seed(config, m)
+        with workdir.stage(f"train member {m} (seed {seed})"):
+            model = initial_model(config, user.classes, seed)
+            if m == 0 and user.encoder is not None:
+                study_data.check_vocabulary(user.encoder, model, Path(config.model))
+            if step_fn is None:
+                total = schedule_length(len(train_set), settings)[1]
+                step_fn = make_train_step(model, make_optimizer(settings, total))
+            model = fit(model, train_set, dataclasses.replace(settings, seed=seed),
+                        workdir / "members" / f"member_{m}", step_fn=step_fn)  # fmt: skip
+            publish(config, model, hf_dir(workdir.path, m))
         if m == 0:
             single = model
-        stages[f"train member {m} (seed {seed})"] = time.perf_counter() - start
     record: dict[str, Any] = {}
     steps: dict[Any, Any] = {}
+    seeds = members.member_seeds(config, config.num_members)
     validation = lambda: (user.validation, user.ood_validation)  # noqa: E731
     for strategy in strategies(config):
-        start = time.perf_counter()
-        sets = hydra.head_sets(config, config, strategy, single, train_set, validation)
+        with workdir.stage(f"{strategy}: head sets"):
+            sets = members.head_sets(config, strategy, single, train_set, seeds, validation)
         record[strategy] = sets.astype(int).tolist()
-        stages[f"{strategy}: head sets"] = time.perf_counter() - start
-        start = time.perf_counter()
-        hydra_members = hydra.fine_tuned_members(
-            single, sets, train_set, member_settings, config,
-            workdir / "hydra_members" / strategy, steps,
-        )  # fmt: skip
-        save_model(ensembles.fuse(hydra_members), saved_path(workdir, f"hydra_{strategy}"))
-        save_model(hydra_members[0], saved_path(workdir, f"pruned_{strategy}"))
-        stages[f"{strategy}: fine-tune members"] = time.perf_counter() - start
-    if is_primary():
-        (workdir / "classes.json").write_text(json.dumps(list(user.classes.names)))
-        (workdir / "head_sets.json").write_text(json.dumps(record))
-        (workdir / "train_timings.json").write_text(json.dumps(stages, indent=2))
+        with workdir.stage(f"{strategy}: fine-tune members"):
+            hydra_members = members.fine_tuned_members(
+                single, sets, train_set, member_settings, seeds,
+                workdir / "hydra_members" / strategy, steps,
+            )  # fmt: skip
+            save_model(ensembles.fuse(hydra_members), saved_path(workdir.path, f"hydra_{strategy}"))
+            save_model(hydra_members[0], saved_path(workdir.path, f"pruned_{strategy}"))
+    workdir.write_json("classes.json", list(user.classes.names))
+    workdir.write_json("head_sets.json", record)
+    workdir.write_json("train_timings.json", workdir.stages, sort_keys=False)
     barrier("wrote the training record")
     return record
 
 
-def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
+def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
     """Evaluates `config.methods` from the artefacts `train` wrote; trains nothing."""
-    workdir = Path(workdir)
-    common.check_workdir(config, workdir)
-    names = method_names(config)
-    start = time.perf_counter()
-    user = load(config)
-    stages = {"load data": time.perf_counter() - start}
-    stages.update(common.read_json(workdir / "train_timings.json", {}))
-    members = range(config.ensemble_size if "deep_ensemble" in names else 1)
-    saved = {n: saved_path(workdir, n) for n in names if n not in BASELINES}
-    for path in [*(baselines.hf_dir(workdir, m) for m in members), *saved.values()]:
-        if not any((path / f).is_file() for f in ("config.json", CONFIG_FILE)):
-            raise common.WorkdirError(f"{path} is missing: run train.py with this --config and "
-                                      f"--workdir {workdir} to the end first")  # fmt: skip
-    models = [from_pretrained(baselines.hf_dir(workdir, m)) for m in members]
-    base = [n for n in names if n in BASELINES]
-    available = {m.name: m for m in baselines.methods(config, models, base, config.eval.dtype)}
-    available |= {n: hydra.saved_method(n, p, config.eval.dtype) for n, p in saved.items()}
-    to_evaluate = [available[n] for n in names]
-    return common.evaluate_methods(config, workdir, to_evaluate, user.study, stages)
+    workdir = Workdir.of(workdir)
+    workdir.check(config)
+    trained = methods.Trained(workdir, config, workdir, config.eval.dtype)
+    to_evaluate = methods.build(method_names(config), trained)
+    with workdir.stage("load data"):
+        user = load(config)
+    return evaluate_methods(config, workdir, to_evaluate, user.study)

@@ -3,15 +3,15 @@
 For every ratio in `config.ratios` and criterion in `config.criteria` (random over several
 seeds, l2, his, ad, hies), heads are removed by global top-k with no fine-tuning, and the pruned
 model is scored on the ID test set (accuracy, stability, ECE, NLL) and the OOD test sets (MSP
-AUROC). HIES's alpha is chosen per ratio on the ID validation split. Stability is OUR
+AUROC). HIES's alpha is chosen per ratio on the ID validation split. `train` scores the heads
+and chooses the alphas (`scores.npz`, `hies_alpha.json`); `evaluate` draws the curves from
+them. Stability is OUR
 definition (the HIES paper gives none): the percentage of test examples whose predicted class
 equals the unpruned model's.
 """
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,15 @@ from hydra_jax import metrics
 from hydra_jax.data import Dataset, labelled_batches, subset
 from hydra_jax.evaluation import Method, predict, softmax
 from hydra_jax.evaluation.report import pyplot
-from hydra_jax.experiments import baselines, common
+from hydra_jax.experiments import baselines, study_data
+from hydra_jax.experiments.workdir import Workdir
 from hydra_jax.heads import hies, his_and_entropy, keep_mask, score
 from hydra_jax.models import Model
 from hydra_jax.models.sharding import is_primary
 
 CURVE_METRICS = ("acc", "stability", "ece", "nll", "ood_auroc")
+SCORES_FILE = "scores.npz"  # every criterion's head scores [L, N], and the attention entropy
+ALPHAS_FILE = "hies_alpha.json"  # HIES's alpha per ratio, chosen on validation accuracy
 
 
 class MaskedPredictor:
@@ -76,82 +79,86 @@ def curve_point(
     }
 
 
-def train(config: ml_collections.ConfigDict, workdir: Path) -> None:
-    """Pruning curves prune one-shot: nothing to train. Claims the workdir and checks that the
-    base run is finished, so `evaluate.py` will find it."""
-    common.claim_workdir(config, Path(workdir))
-    baselines.trained(Path(config.base_workdir), indices=[0])
-    print(f"pruning curves train nothing; the base run in {config.base_workdir} is finished: "
-          f"run evaluate.py with this config and --workdir {workdir}")  # fmt: skip
+def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> None:
+    """Scores the base model's heads by every criterion and chooses HIES's alpha per ratio on
+    the ID validation split; writes `scores.npz` and `hies_alpha.json`. Prunes no model (the
+    curves prune one-shot, in `evaluate`)."""
+    workdir = Workdir.of(workdir)
+    with workdir.stage("load"):
+        (model,), study, base = baselines.trained(Workdir(config.base_workdir), indices=[0])
+        validation = study_data.load_split(base, base.data.id_set, "validation")
+        calibration = labelled_batches(
+            study.train, config.calibration_size, config.calibration_seed, config.calibration_size
+        )
+    workdir.claim(config)  # after the base run is found: a failure creates nothing
+    with workdir.stage("scores (HIS + AE + l2)"):
+        his, entropy = his_and_entropy(model, calibration)
+        scores = {"his": his, "entropy": entropy, "l2": score(model, method="l2")}
+        for seed in config.random_seeds:
+            scores[f"random_{seed}"] = score(model, method="random", seed=seed)
+    with workdir.stage("alpha selection (validation)"):
+        predict = MaskedPredictor(model, config.eval.batch_size)
+        alphas = {}
+        for ratio in config.ratios:
+            accuracy = {}
+            for alpha in config.alphas:
+                keep = keep_mask(hies(his, entropy, alpha), ratio=ratio)
+                accuracy[alpha] = float(
+                    np.mean(predict(keep, validation).argmax(-1) == validation.labels)
+                )
+            alphas[str(ratio)] = max(config.alphas, key=lambda a: (accuracy[a], -a))
+    if is_primary():
+        np.savez(workdir / SCORES_FILE, **scores)
+    workdir.write_json(ALPHAS_FILE, alphas)
+    workdir.save_stages()
 
 
-def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
-    """Computes every pruning curve; writes results.json, report.md and plots/."""
-    workdir = Path(workdir)
-    start = time.perf_counter()
-    (model,), study, base = baselines.trained(Path(config.base_workdir), indices=[0])
-    common.claim_workdir(config, workdir)  # after the base run is found: a failure creates nothing
-    validation = common.load_split(base, base.data.id_set, "validation")
-    limit = config.ood_limit
-    ood = {name: subset(s, limit) if limit else s for name, s in study.ood.items()}
-    calibration = labelled_batches(
-        study.train, config.calibration_size, config.calibration_seed, config.calibration_size
-    )
-    stages = {"load": time.perf_counter() - start}
-
-    start = time.perf_counter()
-    his, entropy = his_and_entropy(model, calibration)
-    scores = {"his": his, "ad": 1 - entropy, "l2": score(model, method="l2")}
-    for seed in config.random_seeds:
-        scores[f"random_{seed}"] = score(model, method="random", seed=seed)
-    stages["scores (HIS + AE + l2)"] = time.perf_counter() - start
-
-    predict = MaskedPredictor(model, config.eval_batch_size)
+def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
+    """Computes every pruning curve from the scores `train` wrote; writes results.json,
+    report.md and plots/."""
+    workdir = Workdir.of(workdir)
+    workdir.check(config)
+    workdir.require(workdir / SCORES_FILE, "head scores")
+    with workdir.stage("load"):
+        (model,), study, _ = baselines.trained(Workdir(config.base_workdir), indices=[0])
+        limit = config.data.ood_limit
+        ood = {name: subset(s, limit) if limit else s for name, s in study.ood.items()}
+        with np.load(workdir / SCORES_FILE) as saved:
+            scores = dict(saved)
+        alphas = workdir.read_json(ALPHAS_FILE)
+    his, entropy = scores["his"], scores["entropy"]
+    predict = MaskedPredictor(model, config.eval.batch_size)
     L, N = his.shape
-    full = np.ones((L, N), np.float32)
-    reference = predict(full, study.test).argmax(-1)
+    reference = predict(np.ones((L, N), np.float32), study.test).argmax(-1)
 
-    start = time.perf_counter()
-    alphas = {}
-    for ratio in config.ratios:
-        accuracy = {}
-        for alpha in config.alphas:
-            keep = keep_mask(hies(his, entropy, alpha), ratio=ratio)
-            accuracy[alpha] = float(
-                np.mean(predict(keep, validation).argmax(-1) == validation.labels)
-            )
-        alphas[str(ratio)] = max(config.alphas, key=lambda a: (accuracy[a], -a))
-    stages["alpha selection (validation)"] = time.perf_counter() - start
-
-    start = time.perf_counter()
     curves: dict[str, dict[str, Any]] = {}
     jobs = [(c, r) for c in config.criteria for r in config.ratios]
-    for criterion, ratio in tqdm(jobs, desc="pruning curves"):
-        names = (
-            [f"random_{s}" for s in config.random_seeds] if criterion == "random" else [criterion]
-        )
-        points = []
-        for name in names:
-            s = hies(his, entropy, alphas[str(ratio)]) if name == "hies" else scores[name]
-            keep = keep_mask(s, ratio=ratio)
-            points.append(curve_point(predict, keep, study.test, ood, reference))
-        curves.setdefault(criterion, {})[str(ratio)] = _mean_points(points)
-    stages["pruning curves"] = time.perf_counter() - start
+    with workdir.stage("pruning curves"):
+        for criterion, ratio in tqdm(jobs, desc="pruning curves"):
+            seeds = config.random_seeds
+            names = [f"random_{s}" for s in seeds] if criterion == "random" else [criterion]
+            points = []
+            for name in names:
+                if name == "hies":
+                    s = hies(his, entropy, alphas[str(ratio)])
+                else:
+                    s = 1 - entropy if name == "ad" else scores[name]
+                keep = keep_mask(s, ratio=ratio)
+                points.append(curve_point(predict, keep, study.test, ood, reference))
+            curves.setdefault(criterion, {})[str(ratio)] = _mean_points(points)
 
     results = {
         "curves": curves,
         "hies_alpha": alphas,
-        "scores": {k: v.tolist() for k, v in {**scores, "entropy": entropy}.items()},
-        "stages": stages,
+        "scores": {k: v.tolist() for k, v in {**scores, "ad": 1 - entropy}.items()},
+        "stages": workdir.train_stages(),
         "stability_definition": "ours: % of ID test examples predicted as the unpruned model does",
-        "config": json.loads(config.to_json_best_effort()),
     }
     if is_primary():  # several processes: one writes
-        (workdir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
         _plot_curves(workdir / "plots", config, curves)
         _plot_scores(workdir / "plots", {"HIS": his, "AE (entropy)": entropy, "L2": scores["l2"],
                                          "HIES alpha=0.5": hies(his, entropy, 0.5)})  # fmt: skip
-        (workdir / "report.md").write_text(markdown(config, results))
+    workdir.write_results(results, markdown(config, results), config)
     return results
 
 

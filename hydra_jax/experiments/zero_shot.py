@@ -21,9 +21,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import ml_collections
@@ -31,9 +31,12 @@ import numpy as np
 
 from hydra_jax import ensembles, metrics
 from hydra_jax.convert import from_pretrained
-from hydra_jax.data import TextEncoder, labelled_batches
+from hydra_jax.data import TextEncoder
 from hydra_jax.evaluation import Method, logits_forward
-from hydra_jax.experiments import baselines, common, hydra
+from hydra_jax.experiments import artefacts, members, study_data
+from hydra_jax.experiments.evaluators import evaluate_methods
+from hydra_jax.experiments.members import training_seed
+from hydra_jax.experiments.workdir import Workdir
 from hydra_jax.models import DualEncoderConfig, Model, prompts, with_dtype, zero_shot
 from hydra_jax.models.sharding import is_primary
 from hydra_jax.training import TrainSettings, fit, locked_text_contrastive_loss
@@ -65,11 +68,11 @@ def only_seen(config: ml_collections.ConfigDict, dataset: Any) -> Any:
 
 def initial_model(config: ml_collections.ConfigDict) -> Model:
     """A random ViT and projections beside the real MiniLM text tower (its pooler included)."""
-    text = common.base_model(config)
-    vision = dataclasses.replace(common.scratch_config(config), pooler=True, num_labels=0)
+    text = artefacts.base_model(config)
+    vision = dataclasses.replace(artefacts.scratch_config(config), pooler=True, num_labels=0)
     dual = DualEncoderConfig(vision, dataclasses.replace(text.config, num_labels=0),
                              config.projection_dim)  # fmt: skip
-    fresh = Model.init(dual, jax.random.key(baselines.training_seed(config, 0)))
+    fresh = Model.init(dual, jax.random.key(training_seed(config, 0)))
     return Model(dual, {**fresh.params, "text_model": text.params})
 
 
@@ -87,59 +90,38 @@ def classifier(config: ml_collections.ConfigDict, workdir: Path) -> Model:
     return zero_shot(from_pretrained(path), CLASS_NAMES, config.templates, encoder.pad)
 
 
-def head_sets(
-    config: ml_collections.ConfigDict, single: Model, strategy: str, id_val: Any, ood_val: Any
-) -> np.ndarray:
-    """Member head sets `[M, L, N]` from seen-class validation images `id_val` (and OOD
-    validation images `ood_val`), member m drawing with training seed m."""
-    M = config.num_members
-    n = single.config.encoder.num_heads[0] // M
-    if strategy == "taylor":
-        seeds = [baselines.training_seed(config, m) for m in range(M)]
-        size = config.calibration_size
-        calibration = [labelled_batches(id_val, size, s, config.eval.batch_size) for s in seeds]
-        return ensembles.taylor_head_sets(single, calibration, n)
-    if strategy == "circuit":
-        sets = hydra.member_uncertainty_sets(config, config, id_val, ood_val)
-        return ensembles.circuit_head_sets(single, sets, config.circuit.objectives, n)
-    raise ValueError(f"unknown zero-shot member strategy {strategy!r}; use {STRATEGIES}")
-
-
-def train(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
+def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
     """Trains and publishes the dual encoder (resuming), then finds the member head sets."""
-    workdir = Path(workdir)
-    settings = TrainSettings(**config.train.to_dict(), seed=baselines.training_seed(config, 0))
-    common.claim_workdir(config, workdir)
-    stages: dict[str, float] = {}
-    if not (hf_dir(workdir) / "config.json").is_file():
-        start = time.perf_counter()
-        model = initial_model(config)
-        encoder = common.text_encoder(config)
-        features = text_features(model, encoder, config.templates)
-        train_set = only_seen(config, common.load_split(config, config.data.id_set, "train",
-                                                         config.data.train_limit))  # fmt: skip
-        trained = fit(model, train_set, settings, workdir / "training",
-                      loss=locked_text_contrastive_loss(model, features),
-                      trainable=lambda path: path[0] != "text_model")  # fmt: skip
-        common.publish(config, trained, hf_dir(workdir))
-        for name in TOKENIZER_FILES:  # the text tower's own tokenizer travels with it
-            source = common.checkpoint_dir(config) / name
-            if source.is_file():
-                shutil.copy(source, hf_dir(workdir) / name)
-        stages["train dual encoder"] = time.perf_counter() - start
-    single = classifier(config, workdir)
-    id_val, ood_val = hydra.validation_sets(config)
+    workdir = Workdir.of(workdir)
+    settings = TrainSettings(**config.train.to_dict(), seed=training_seed(config, 0))
+    workdir.claim(config)
+    if not (hf_dir(workdir.path) / "config.json").is_file():
+        with workdir.stage("train dual encoder"):
+            model = initial_model(config)
+            encoder = study_data.text_encoder(config)
+            features = text_features(model, encoder, config.templates)
+            train_set = only_seen(config, study_data.load_split(
+                config, config.data.id_set, "train", config.data.train_limit))  # fmt: skip
+            trained = fit(model, train_set, settings, workdir / "training",
+                          loss=locked_text_contrastive_loss(model, features),
+                          trainable=lambda path: path[0] != "text_model")  # fmt: skip
+            artefacts.publish(config, trained, hf_dir(workdir.path))
+            for name in TOKENIZER_FILES:  # the text tower's own tokenizer travels with it
+                source = study_data.checkpoint_dir(config) / name
+                if source.is_file() and is_primary():
+                    shutil.copy(source, hf_dir(workdir.path) / name)
+    single = classifier(config, workdir.path)
+    id_val, ood_val = study_data.validation_sets(config)
     id_val = only_seen(config, id_val)
+    seeds = members.member_seeds(config, config.num_members)
     record = {}
-    for strategy in STRATEGIES:
-        start = time.perf_counter()
-        record[strategy] = head_sets(config, single, strategy, id_val, ood_val).astype(int).tolist()
-        stages[f"{strategy}: head sets"] = time.perf_counter() - start
-    if is_primary():
-        (workdir / "head_sets.json").write_text(json.dumps(record))
-    previous = common.read_json(workdir / "train_timings.json", {})
-    if is_primary():
-        (workdir / "train_timings.json").write_text(json.dumps({**previous, **stages}, indent=2))
+    for strategy in STRATEGIES:  # calibration and circuit search on seen-class images only
+        with workdir.stage(f"{strategy}: head sets"):
+            sets = members.head_sets(config, strategy, single, id_val, seeds,
+                                     lambda: (id_val, ood_val))  # fmt: skip
+        record[strategy] = sets.astype(int).tolist()
+    workdir.write_json("head_sets.json", record)
+    workdir.save_stages()
     return record
 
 
@@ -160,38 +142,44 @@ def methods(config: ml_collections.ConfigDict, workdir: Path) -> list[Method]:
     return [Method(n, logits_forward(models[n]), models[n].params) for n in config.methods]
 
 
-def evaluate(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
-    workdir = Path(workdir)
-    common.check_workdir(config, workdir)
-    if not (workdir / "head_sets.json").is_file():
-        raise common.WorkdirError(f"{workdir} has no head sets yet: run train.py on it first")
-    start = time.perf_counter()
-    to_evaluate = methods(config, workdir)
-    study = common.load_data(config)
-    stages = {"load": time.perf_counter() - start}
-    stages.update(common.read_json(workdir / "train_timings.json", {}))
-    results = common.evaluate_methods(config, workdir, to_evaluate, study, stages)
+@dataclasses.dataclass(frozen=True)
+class ZeroShot:
+    """Accuracy, NLL and ECE on the seen and the held-out classes separately (`held_out`: a
+    bool mask over the ID test set), and misclassification detection (wrong = positive)."""
+
+    held_out: np.ndarray = dataclasses.field(hash=False, compare=False)
+    names: tuple[str, ...] = ()  # the held-out classes, for the report
+    key: ClassVar[str] = "zero_shot"
+
+    def __call__(self, predictions: dict[str, np.ndarray], method: Method) -> dict[str, Any]:
+        probs, labels, held = predictions["id_probs"], predictions["labels"], self.held_out
+        return {
+            "seen": metrics.classification(probs[~held], labels[~held]),
+            "held_out": metrics.classification(probs[held], labels[held]),
+            "misclassification": metrics.misclassification(probs, labels),
+        }
+
+    def section(self, methods: dict[str, Any]) -> list[str]:
+        return markdown(methods, self.names)
+
+
+def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
+    workdir = Workdir.of(workdir)
+    workdir.check(config)
+    workdir.require(workdir / "head_sets.json", "head sets")
+    with workdir.stage("load"):
+        to_evaluate = methods(config, workdir.path)
+        study = study_data.load_data(config)
     held_out = ~np.isin(study.test.labels, seen_classes(config))
     if held_out.all() or not held_out.any():
         raise ValueError("the ID test set needs images of both seen and held-out classes")
-    for method in to_evaluate:
-        predictions = np.load(workdir / "predictions" / f"{method.name}.npz")
-        probs, labels = predictions["id_probs"], predictions["labels"]
-        results["methods"][method.name]["zero_shot"] = {
-            "seen": metrics.classification(probs[~held_out], labels[~held_out]),
-            "held_out": metrics.classification(probs[held_out], labels[held_out]),
-            "misclassification": metrics.misclassification(probs, labels),
-        }
-    if is_primary():
-        (workdir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
-        with (workdir / "report.md").open("a") as report:
-            report.write(markdown(results, config))
-    return results
+    zero_shot_split = ZeroShot(held_out, tuple(config.held_out))
+    return evaluate_methods(config, workdir, to_evaluate, study, extra=[zero_shot_split])
 
 
-def markdown(results: dict[str, Any], config: ml_collections.ConfigDict) -> str:
+def markdown(methods: dict[str, Any], held_out: Sequence[str]) -> list[str]:
     """The zero-shot tables: seen vs held-out classes, and misclassification detection."""
-    held = ", ".join(config.held_out)
+    held = ", ".join(held_out)
     lines = [
         "",
         f"## Zero-shot: seen classes vs held out ({held}; never in training)",
@@ -200,7 +188,7 @@ def markdown(results: dict[str, Any], config: ml_collections.ConfigDict) -> str:
         "| held-out ECE % |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name, r in results["methods"].items():
+    for name, r in methods.items():
         s, h = r["zero_shot"]["seen"], r["zero_shot"]["held_out"]
         cells = [f"{100 * x['acc']:.2f} | {x['nll']:.4f} | {100 * x['ece']:.2f}" for x in (s, h)]
         lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
@@ -211,8 +199,8 @@ def markdown(results: dict[str, Any], config: ml_collections.ConfigDict) -> str:
         "| method | AUROC | AUPR | FPR95 |",
         "|---|---|---|---|",
     ]
-    for name, r in results["methods"].items():
+    for name, r in methods.items():
         m = r["zero_shot"]["misclassification"]
         lines.append(f"| {name} | {100 * m['auroc']:.2f} | {100 * m['aupr']:.2f} "
                      f"| {100 * m['fpr95']:.2f} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
+    return lines

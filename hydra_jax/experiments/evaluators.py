@@ -1,0 +1,174 @@
+"""Evaluation of a study's methods: one prediction loop, then evaluators.
+
+An evaluator is a small object: called on one method's predictions (the arrays of
+`predictions/NAME.npz`), it returns that method's metrics under its `key` in `results.json`;
+`section` turns every method's results into its part of `report.md`. A study lists its
+evaluators (`standard` gives the usual ones); a new evaluator is one new class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, ClassVar, Protocol
+
+import ml_collections
+import numpy as np
+
+from hydra_jax import metrics
+from hydra_jax.evaluation import Method, cost, ood_metrics, predict, report, save_predictions
+from hydra_jax.evaluation import softmax as to_probs
+from hydra_jax.experiments.study_data import StudyData, latency_batch
+from hydra_jax.experiments.workdir import Workdir
+from hydra_jax.models.sharding import barrier, is_primary
+
+Predictions = dict[str, np.ndarray]
+
+
+class Evaluator(Protocol):
+    key: ClassVar[str]  # where its metrics go in results.json, per method
+
+    def __call__(self, predictions: Predictions, method: Method) -> Any: ...
+
+    def section(self, methods: dict[str, Any]) -> list[str]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Classification:
+    """Accuracy, NLL, Brier, ECE (equal-width bins), aECE, MCE, entropy and, for ensembles,
+    mutual information and member disagreement on the ID test set."""
+
+    num_bins: int = 15
+    key: ClassVar[str] = "id"
+
+    def __call__(self, predictions: Predictions, method: Method) -> dict[str, float]:
+        return metrics.classification(predictions["id_probs"], predictions["labels"], self.num_bins)
+
+    def section(self, methods: dict[str, Any]) -> list[str]:
+        return report.id_table(methods)
+
+
+@dataclasses.dataclass(frozen=True)
+class OODDetection:
+    """Detection of each OOD test set against the ID test set, by every OOD score."""
+
+    ood_sets: tuple[str, ...]
+    key: ClassVar[str] = "ood"
+
+    def __call__(self, predictions: Predictions, method: Method) -> dict[str, Any]:
+        return ood_metrics(predictions, list(self.ood_sets))
+
+    def section(self, methods: dict[str, Any]) -> list[str]:
+        return report.ood_table(methods)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shift:
+    """Accuracy, NLL and ECE on each shifted copy of the ID test set (`CORRUPTION_SEVERITY`)."""
+
+    names: tuple[str, ...]
+    num_bins: int = 15
+    key: ClassVar[str] = "shift"
+
+    def __call__(self, predictions: Predictions, method: Method) -> dict[str, Any]:
+        return {
+            name: metrics.classification(
+                predictions[f"shift_{name}_probs"], predictions["shift_labels"], self.num_bins
+            )
+            for name in self.names
+        }
+
+    def section(self, methods: dict[str, Any]) -> list[str]:
+        return report.shift_tables(methods)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cost:
+    """Parameters, XLA FLOPs per example and the median latency of one fixed batch."""
+
+    batch: dict[str, np.ndarray] = dataclasses.field(hash=False, compare=False)
+    repeats: int = 10
+    key: ClassVar[str] = "cost"
+
+    def __call__(self, predictions: Predictions, method: Method) -> dict[str, float]:
+        return cost(method, self.batch, self.repeats)
+
+    def section(self, methods: dict[str, Any]) -> list[str]:
+        return report.cost_table(methods)
+
+
+def standard(config: ml_collections.ConfigDict, study: StudyData) -> list[Evaluator]:
+    """Classification and calibration, OOD detection, dataset shift (where the study has shifted
+    sets) and cost."""
+    e = config.eval
+    evaluators: list[Evaluator] = [Classification(e.num_bins), OODDetection(tuple(study.ood))]
+    if study.shift:
+        evaluators.append(Shift(tuple(study.shift), e.num_bins))
+    evaluators.append(Cost(latency_batch(config, study), e.latency_repeats))
+    return evaluators
+
+
+def predictions_of(method: Method, study: StudyData, batch_size: int) -> Predictions:
+    """Logits and probabilities `[N, M, C]` of `method` on the ID test set (`id_`), each OOD set
+    (`ood_NAME_`) and each shifted set (`shift_NAME_`), with the labels."""
+    out = {"labels": study.test.labels}
+    prefixed = {"id": study.test}
+    prefixed |= {f"ood_{name}": s for name, s in study.ood.items()}
+    prefixed |= {f"shift_{name}": s for name, s in study.shift.items()}
+    for prefix, dataset in prefixed.items():
+        logits = predict(method, dataset, batch_size)
+        out[f"{prefix}_logits"], out[f"{prefix}_probs"] = logits, to_probs(logits)
+    if study.shift:
+        out["shift_labels"] = next(iter(study.shift.values())).labels
+    return out
+
+
+def evaluate_methods(
+    config: ml_collections.ConfigDict,
+    workdir: Workdir,
+    to_evaluate: Sequence[Method],
+    study: StudyData,
+    extra: Sequence[Evaluator] = (),
+) -> dict[str, Any]:
+    """Predictions, metrics, costs and plots of each method; writes every artefact.
+
+    The evaluators are `standard(config, study)` then `extra`. `results.json` records the
+    config it was evaluated with (`config`) and the wall time of every stage.
+    """
+    evaluators = [*standard(config, study), *extra]
+    results: dict[str, Any] = {"methods": {}}
+    for method in to_evaluate:
+        with workdir.stage(f"predict {method.name}"):
+            predictions = predictions_of(method, study, config.eval.batch_size)
+        if is_primary():
+            save_predictions(workdir / "predictions" / f"{method.name}.npz", predictions)
+            _plots(workdir, method.name, predictions, list(study.ood))
+        results["methods"][method.name] = {e.key: e(predictions, method) for e in evaluators}
+    results["stages"] = workdir.train_stages()
+    sections = [e.section(results["methods"]) for e in evaluators]
+    text = report.markdown(config.title, sections, results["stages"])
+    logs = report.training_logs(workdir.path)
+    if logs and is_primary():  # the runs this workdir trained (a study on another's models: none)
+        report.loss_curves(workdir / "plots" / "training_loss.png", logs, config.title)
+        text += report.training_section(logs, "plots/training_loss.png")
+    workdir.write_results(results, text, config)
+    barrier("wrote the results")
+    return results
+
+
+def _plots(workdir: Workdir, name: str, predictions: Predictions, ood_sets: list[str]) -> None:
+    directory = workdir / "plots"
+    directory.mkdir(parents=True, exist_ok=True)
+    report.reliability_plot(
+        directory / f"reliability_{name}.png",
+        predictions["id_probs"],
+        predictions["labels"],
+        f"{name}: reliability (ID test)",
+    )
+    report.ood_histogram(
+        directory / f"ood_scores_{name}.png",
+        metrics.ood_score(predictions["id_probs"], "msp"),
+        {s: metrics.ood_score(predictions[f"ood_{s}_probs"], "msp") for s in ood_sets},
+        f"{name}: MSP scores",
+        num_classes=predictions["id_probs"].shape[-1],
+    )

@@ -1,0 +1,107 @@
+"""What every study that trains members shares: training seeds, the data each head-set strategy
+reads, member fine-tuning with compiled steps shared across members, and fusion.
+
+The strategies themselves live in `hydra_jax.ensembles` (`head_sets`, explicit arguments); this
+module draws their data from a study's sets and settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import ml_collections
+import numpy as np
+
+from hydra_jax import ensembles
+from hydra_jax.data import Dataset, labelled_batches, subset, uncertainty_batches
+from hydra_jax.heads import UncertaintyBatches
+from hydra_jax.models import Model
+from hydra_jax.training import TrainSettings, fit, make_optimizer, make_train_step, schedule_length
+
+
+def training_seed(config: ml_collections.ConfigDict, member: int) -> int:
+    """Member `member`'s seed in study `config.seed` (0 when absent): studies share no model."""
+    return 1000 * config.get("seed", 0) + member
+
+
+def member_seeds(study: ml_collections.ConfigDict, num_members: int) -> list[int]:
+    return [training_seed(study, m) for m in range(num_members)]
+
+
+def uncertainty_sets(
+    id_val: Dataset, ood_val: Dataset, examples: int, seeds: Sequence[int], batch_size: int
+) -> list[UncertaintyBatches]:
+    """Per seed: `examples` / 2 ID and as many OOD validation examples, drawn with that seed."""
+    half = examples // 2
+    return [
+        uncertainty_batches(subset(id_val, half, seed), subset(ood_val, half, seed), batch_size)
+        for seed in seeds
+    ]
+
+
+def head_sets(
+    config: ml_collections.ConfigDict,
+    strategy: str,
+    single: Model,
+    calibration_set: Dataset,
+    seeds: Sequence[int],
+    validation: Callable[[], tuple[Dataset, Dataset]] | None = None,
+    num_members: int | None = None,
+) -> np.ndarray:
+    """Member head sets `[M, L, N]` of `strategy` (`ensembles.head_sets`), its data drawn as the
+    config's `calibration_size`, `circuit.examples`, `hies_alphas` and `circuit.objectives` say:
+    member m's calibration examples from `calibration_set` and its circuit-search examples from
+    `validation()` (ID, pooled OOD), each with `seeds[m]`."""
+    M = config.num_members if num_members is None else num_members
+    size = config.eval.batch_size
+    calibration, uncertainty = [], []
+    if ensembles.STRATEGIES.get(strategy) == "calibration":
+        calibration = [labelled_batches(calibration_set, config.calibration_size, s, size)
+                       for s in seeds[:M]]  # fmt: skip
+    elif strategy == "circuit":
+        if validation is None:
+            raise ValueError("the circuit strategy needs ID and OOD validation sets")
+        id_val, ood_val = validation()
+        uncertainty = uncertainty_sets(id_val, ood_val, config.circuit.examples, seeds[:M], size)
+    return ensembles.head_sets(
+        strategy, single, M, calibration=calibration, uncertainty=uncertainty,
+        alphas=config.get("hies_alphas", ()), objectives=config.get("circuit", {}).get(
+            "objectives", ()),
+    )  # fmt: skip
+
+
+def shared_step(steps: dict[Any, Any], model: Model, train_size: int, settings: TrainSettings):
+    """`model`'s compiled train step under `settings`, compiled once per architecture and
+    settings in `steps` (the seed aside: it enters only through the step's key)."""
+    key = (model.config, dataclasses.replace(settings, seed=0))
+    if key not in steps:
+        total = schedule_length(train_size, settings)[1]
+        steps[key] = make_train_step(model, make_optimizer(settings, total))
+    return steps[key]
+
+
+def fine_tuned_members(
+    single: Model,
+    sets: np.ndarray,
+    train: Dataset,
+    settings: TrainSettings,
+    seeds: Sequence[int],
+    directory: Path,
+    steps: dict[Any, Any] | None = None,
+) -> list[Model]:
+    """`single` compacted to each head set `[M, L, N]`, member m fine-tuned (resuming) under
+    `directory/member_m` with training seed `seeds[m]` (none if 0 epochs).
+
+    `steps` caches compiled train steps across calls (`shared_step`).
+    """
+    members, steps = [], {} if steps is None else steps
+    for m, member in enumerate(ensembles.members_from(single, sets)):
+        if settings.epochs > 0:
+            step_fn = shared_step(steps, member, len(train), settings)  # members of one shape
+            member_settings = dataclasses.replace(settings, seed=seeds[m])
+            member = fit(member, train, member_settings, directory / f"member_{m}", step_fn=step_fn)
+        members.append(member)
+    return members

@@ -1,0 +1,111 @@
+"""The methods a study evaluates, by name: one registry.
+
+Each method is built from what a train stage left (`Trained`): the published member classifiers
+(`hf/member_M`) and the saved fused Hydras and pruned members (`fused/S`, `pruned/S`). A new
+method is one function here and one line of `BUILDERS`: it returns a `Method`, a forward to
+`[B, M, C]` logits and its weights, and the prediction loop, metrics, costs and reports treat
+it like every other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import ml_collections
+
+from hydra_jax.convert import from_pretrained
+from hydra_jax.convert.native import CONFIG_FILE
+from hydra_jax.ensembles import STRATEGIES, baselines
+from hydra_jax.evaluation import Method
+from hydra_jax.experiments.artefacts import hf_dir, saved_method
+from hydra_jax.experiments.workdir import Workdir, WorkdirError
+from hydra_jax.models import Model, with_dtype
+
+
+@dataclasses.dataclass
+class Trained:
+    """Where a study's trained models are: `members` holds the published classifiers, trained
+    under `members_config` (its `ensemble_size` and `mc_dropout_samples` apply); `hydras` holds
+    the saved Hydras and pruned members. Methods compute in `dtype`."""
+
+    members: Workdir
+    members_config: ml_collections.ConfigDict
+    hydras: Workdir
+    dtype: str = "float32"
+    _loaded: dict[int, Model] = dataclasses.field(default_factory=dict, repr=False)
+
+    def member(self, index: int) -> Model:
+        """Published member `index` (read once), computing in `dtype`."""
+        if index not in self._loaded:
+            path = hf_dir(self.members.path, index)
+            if not (path / "config.json").is_file():
+                raise WorkdirError(
+                    f"{path} holds no published classifier of member {index}: run train.py "
+                    f"with --workdir {self.members} (and its recorded config) to the end first"
+                )
+            self._loaded[index] = with_dtype(from_pretrained(path), self.dtype)
+        return self._loaded[index]
+
+    def saved(self, kind: str, strategy: str) -> Path:
+        """The saved `fused` Hydra or `pruned` member 0 of `strategy`."""
+        path = self.hydras / kind / strategy
+        if not (path / CONFIG_FILE).is_file():
+            what = "fused Hydra" if kind == "fused" else "pruned member"
+            raise WorkdirError(
+                f"{path} holds no {what} of strategy {strategy!r}: run train.py with a config "
+                f"whose methods or strategies name it, and --workdir {self.hydras}, first"
+            )
+        return path
+
+
+def single(name: str, trained: Trained) -> Method:
+    model = trained.member(0)
+    return Method(name, baselines.single(model), model.params)
+
+
+def deep_ensemble(name: str, trained: Trained) -> Method:
+    models = [trained.member(m) for m in range(trained.members_config.ensemble_size)]
+    return Method(name, baselines.deep_ensemble(models[0]), baselines.stack(models), True)
+
+
+def mc_dropout(name: str, trained: Trained) -> Method:
+    model, samples = trained.member(0), trained.members_config.mc_dropout_samples
+    forward = baselines.mc_dropout(model, samples)
+    return Method(name, forward, model.params, loop_trips=samples)
+
+
+def hydra(name: str, trained: Trained) -> Method:
+    """`hydra_S`: the fused Hydra of strategy S."""
+    return saved_method(name, trained.saved("fused", name.split("_", 1)[1]), trained.dtype)
+
+
+def pruned(name: str, trained: Trained) -> Method:
+    """`pruned_S`: member 0 of strategy S's Hydra alone (one model at the members' ratio)."""
+    return saved_method(name, trained.saved("pruned", name.split("_", 1)[1]), trained.dtype)
+
+
+BUILDERS: dict[str, Callable[[str, Trained], Method]] = {
+    "single": single,
+    "deep_ensemble": deep_ensemble,
+    "mc_dropout": mc_dropout,
+    **{f"hydra_{s}": hydra for s in STRATEGIES},
+    **{f"pruned_{s}": pruned for s in STRATEGIES},
+}
+# The methods that are members of a baselines run, not Hydra artefacts.
+MEMBER_METHODS = ("single", "deep_ensemble", "mc_dropout")
+
+
+def check_names(names: Sequence[str]) -> list[str]:
+    """`names` if every one is a known method."""
+    unknown = [n for n in names if n not in BUILDERS]
+    if not names or unknown:
+        what = unknown or "no methods"
+        raise ValueError(f"methods: {what}; known: {', '.join(sorted(BUILDERS))}")
+    return list(names)
+
+
+def build(names: Sequence[str], trained: Trained) -> list[Method]:
+    """The methods `names`, in order, from `trained`."""
+    return [BUILDERS[name](name, trained) for name in check_names(names)]

@@ -1,0 +1,244 @@
+"""A run's directory: who owns it, who may write in it, what it holds, how long each stage took.
+
+A workdir belongs to the config that first wrote `config.json` into it: a later `train.py` or
+`evaluate.py` whose resolved config differs in anything that changes a result is refused, with
+the differing keys named, and `config.json` is never rewritten. While a stage runs, the workdir
+is locked: a second `train.py` or `evaluate.py` on it is refused, naming the process holding it.
+With several processes, process 0 alone writes (`write_json`, `write_text`); every process
+reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import ml_collections
+from flax import traverse_util
+
+from hydra_jax import checks
+from hydra_jax.data.text import MIN_TOKENS
+from hydra_jax.models.sharding import barrier, is_primary
+
+# Keys that change no result: how a run is labelled, and the device mesh it is laid out on.
+COSMETIC_KEYS = frozenset({"title", "mesh.data", "mesh.member", "mesh.heads"})
+# Keys added after runs were recorded, with the value that reproduces those runs: a recorded
+# config without one is read as having that value.
+ADDED_KEYS = {"eval.dtype": "float32"}
+# Keys renamed so that a setting has one spelling in every study: a recorded config's old key is
+# read as the new one.
+RENAMED_KEYS = {"eval_batch_size": "eval.batch_size", "ood_limit": "data.ood_limit",
+                "train_limit": "data.train_limit", "eval_limit": "data.eval_limit"}  # fmt: skip
+LOCK_FILE = ".lock"
+CONFIG_FILE = "config.json"
+TIMINGS_FILE = "train_timings.json"  # the train stage's wall time per stage
+RESULTS_FILE, REPORT_FILE = "results.json", "report.md"
+
+# Config keys that are counts, with their least value (a study has the keys it uses). They are
+# checked before a workdir is claimed: a bad value recorded there would make the corrected
+# config conflict with the workdir.
+COUNTS = {
+    **dict.fromkeys(["eval.batch_size", "eval.num_bins", "eval.latency_batch",
+                     "eval.latency_tokens", "eval.latency_repeats",
+                     "ensemble_size", "mc_dropout_samples", "num_members", "calibration_size"], 1),
+    **dict.fromkeys(["data.train_limit", "data.eval_limit", "data.ood_limit", "data.shift_limit",
+                     ], 0),  # 0: the whole split
+    "data.max_tokens": MIN_TOKENS,  # [CLS], a token, [SEP]
+}  # fmt: skip
+
+
+class WorkdirError(ValueError):
+    """A workdir that belongs to another config, that a stage needs and lacks, or that another
+    run is using."""
+
+
+def flat(config: ml_collections.ConfigDict | dict) -> dict[str, Any]:
+    """`{"a.b": value}` of a (nested) config, tuples as lists (as JSON writes them)."""
+    tree = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else config
+    items = traverse_util.flatten_dict(tree, sep=".").items()
+    return {k: json.loads(json.dumps(v)) for k, v in items}
+
+
+def config_differences(config: ml_collections.ConfigDict, recorded: dict) -> list[str]:
+    """Keys whose values differ between `config` and a recorded `config.json` (cosmetic ones
+    excepted), each as `key: recorded -> now`."""
+    now, before = flat(config), flat(recorded)
+    before = {RENAMED_KEYS.get(k, k): v for k, v in before.items()}
+    before |= {k: v for k, v in ADDED_KEYS.items() if k in now and k not in before}
+    keys = sorted((set(now) | set(before)) - COSMETIC_KEYS)
+    missing = object()
+    return [
+        f"{k}: {before.get(k, missing)!r} -> {now.get(k, missing)!r}".replace(
+            repr(missing), "(absent)"
+        )
+        for k in keys
+        if now.get(k, missing) != before.get(k, missing)
+    ]
+
+
+def check_counts(config: ml_collections.ConfigDict) -> None:
+    """Refuses a count of `COUNTS` below its least value, or not an integer, by its key."""
+    for key, value in flat(config).items():
+        if key in COUNTS:
+            checks.count(key, value, minimum=COUNTS[key])
+
+
+class Workdir:
+    """One run's directory (`path`) and the wall time of the stages run in it (`stages`)."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self.stages: dict[str, float] = {}
+
+    @classmethod
+    def of(cls, workdir: Workdir | Path | str) -> Workdir:
+        """`workdir` as a `Workdir` (a path is wrapped; a `Workdir` is returned as it is)."""
+        return workdir if isinstance(workdir, Workdir) else cls(workdir)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    @contextlib.contextmanager
+    def hold(self, create: bool = True) -> Iterator[None]:
+        """Holds the workdir exclusively while a stage runs: a second `train.py` or
+        `evaluate.py` on it is refused, naming the process that holds it, and touches nothing of
+        the first run.
+
+        The lock is the operating system's (`flock` on `.lock`): it is released when the holder
+        exits, killed or not, so a stale lock file never blocks a restart. Only process 0 takes
+        it (the processes of one run share the workdir). With `create=False`, a missing workdir
+        is left missing (the stage reports it).
+        """
+        if not is_primary() or not (create or self.path.is_dir()):
+            yield
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        with (self.path / LOCK_FILE).open("a+") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.seek(0)
+                holder = lock.read().strip() or "another process"
+                raise WorkdirError(
+                    f"{self.path} is in use by {holder}: wait for that run to end, or use "
+                    "another --workdir"
+                ) from None
+            lock.seek(0)
+            lock.truncate()
+            lock.write(f"process {os.getpid()} on {socket.gethostname()} ({' '.join(sys.argv)})\n")
+            lock.flush()
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def claim(self, config: ml_collections.ConfigDict) -> None:
+        """Makes the workdir `config`'s: writes `config.json` in a new one; in an existing one,
+        refuses a config that differs in anything but cosmetic keys (and never rewrites it).
+
+        Raises:
+          ValueError: a count of `COUNTS` that is out of range (before anything is written).
+          WorkdirError: naming every differing key.
+        """
+        check_counts(config)
+        new = not (self.path / CONFIG_FILE).is_file()
+        barrier("looked for config.json")  # several processes: all look before process 0 writes
+        if new:
+            if is_primary():
+                self.path.mkdir(parents=True, exist_ok=True)
+            self.write_text(CONFIG_FILE, config.to_json_best_effort(indent=2, sort_keys=True))
+            barrier("wrote config.json")
+            return
+        self.check(config)
+
+    def check(self, config: ml_collections.ConfigDict) -> dict:
+        """The recorded config of an existing run of `config` here; creates nothing.
+
+        Raises:
+          WorkdirError: no run here, or one made with a config that differs (keys named).
+        """
+        if not (self.path / CONFIG_FILE).is_file():
+            raise WorkdirError(
+                f"{self.path} holds no run of this experiment (no config.json): run train.py "
+                "with this --config and --workdir first"
+            )
+        recorded = self.read_json(CONFIG_FILE)
+        differences = config_differences(config, recorded)
+        if differences:
+            raise WorkdirError(
+                f"{self.path} belongs to a run with another config; these keys differ "
+                f"(recorded -> given): {'; '.join(differences)}. Use a new --workdir for a new "
+                "configuration, or give the recorded values"
+            )
+        return recorded
+
+    def recorded(self) -> ml_collections.ConfigDict:
+        """The resolved config a `train.py` run wrote here (e.g. a base model's)."""
+        if not (self.path / CONFIG_FILE).is_file():
+            raise WorkdirError(
+                f"{self.path / CONFIG_FILE} not found: train the base model in {self.path} first"
+            )
+        return ml_collections.ConfigDict(self.read_json(CONFIG_FILE))
+
+    def require(self, path: Path, what: str) -> Path:
+        """`path` (inside the workdir), refused with a named stage to run if it is missing."""
+        if not Path(path).exists():
+            raise WorkdirError(
+                f"{path} holds no {what}: run train.py with this --config and --workdir "
+                f"{self.path} to the end first"
+            )
+        return Path(path)
+
+    @contextlib.contextmanager
+    def stage(self, name: str, record: bool = True) -> Iterator[None]:
+        """Times the block as stage `name` (with `record=False`, it is not recorded: e.g. a
+        restored member keeps the time of the run that trained it)."""
+        start = time.perf_counter()
+        yield
+        if record:
+            self.stages[name] = time.perf_counter() - start
+
+    def save_stages(self) -> None:
+        """Adds this run's train-stage timings to those of earlier (resumed) runs."""
+        stages = {**self.read_json(TIMINGS_FILE, {}), **self.stages}
+        self.write_json(TIMINGS_FILE, stages, sort_keys=False)
+
+    def train_stages(self) -> dict[str, float]:
+        """The train stage's timings, then those of this (evaluate) run so far."""
+        return {**self.read_json(TIMINGS_FILE, {}), **self.stages}
+
+    def read_json(self, name: str, default: Any = None) -> Any:
+        path = self.path / name
+        if default is not None and not path.is_file():
+            return default
+        return json.loads(path.read_text())
+
+    def write_json(self, name: str, value: Any, sort_keys: bool = True) -> None:
+        """Writes `name` (process 0 only)."""
+        self.write_text(name, json.dumps(value, indent=2, sort_keys=sort_keys))
+
+    def write_results(
+        self, results: dict[str, Any], report: str, config: ml_collections.ConfigDict
+    ) -> None:
+        """`results.json` (with the `config` it was evaluated with) and `report.md`: every
+        study writes its results here, once, at the end of its evaluate stage."""
+        results["config"] = json.loads(config.to_json_best_effort())
+        self.write_json(RESULTS_FILE, results)
+        self.write_text(REPORT_FILE, report)
+
+    def write_text(self, name: str, text: str) -> None:
+        """Writes `name` (process 0 only), creating its folder."""
+        if is_primary():
+            (self.path / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.path / name).write_text(text)

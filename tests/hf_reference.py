@@ -15,13 +15,15 @@ import torch
 
 @contextmanager
 def masked_heads(
-    out_projections: Sequence[torch.nn.Module], head_mask: np.ndarray | None
+    out_projections: Sequence[torch.nn.Module], head_mask: np.ndarray | torch.Tensor | None
 ) -> Iterator[None]:
-    """Multiplies head h of layer l's context by `head_mask[l, h]` inside the context."""
+    """Multiplies head h of layer l's context by `head_mask[l, h]` inside the context (a
+    tensor that requires gradients gets them: a PyTorch reference for head-mask gradients)."""
     handles = []
     if head_mask is not None:
         for projection, mask in zip(out_projections, head_mask, strict=True):
-            m = torch.tensor(np.asarray(mask), dtype=torch.float32)
+            m = mask if isinstance(mask, torch.Tensor) else torch.tensor(np.asarray(mask))
+            m = m.to(torch.float32)  # a tensor keeps its graph: gradients reach the mask
 
             def hook(module: torch.nn.Module, args: tuple, m: torch.Tensor = m) -> tuple:
                 (context,) = args  # [B, T, N*K]

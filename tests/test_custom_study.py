@@ -5,6 +5,7 @@ dataset."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -189,3 +190,29 @@ def test_bad_study_data_is_refused_before_training(tmp_path, text_encoder_dir):
     with pytest.raises(ValueError, match=r"config.methods: \['hydra_magic'\]; known: "):
         custom.train(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("family", ["roberta", "distilbert"])
+def test_the_study_runs_on_other_text_families(tmp_path, text_encoder_dir, family):
+    """A RoBERTa (positions counted from its padding id) and a DistilBERT (no token types)
+    classifier through the generic study, as the BERT encoder goes."""
+    bert = hj.from_pretrained(text_encoder_dir).config
+    config = dataclasses.replace(
+        bert, model_type=family, type_vocab_size=1 if family == "roberta" else 0,
+        max_positions=bert.max_positions + 1, pooler=False, num_labels=2,
+    )  # fmt: skip
+    path = tmp_path / family
+    hj.save_pretrained(hj.Model.init(config, jax.random.key(1)), path)
+    for name in TOKENIZER_FILES:  # the MiniLM tokenizer pads with 0: the model's pad_token_id
+        shutil.copy(text_encoder_dir / name, path / name)
+    rows = [(t, "good") for t in GOOD] + [(t, "bad") for t in BAD]
+    write_csv(tmp_path / "data.csv", rows * 2)  # 20 rows: the smoke study calibrates on 16
+    study = custom_config.get_config("smoke")
+    study.model = str(path)
+    data = f"csv:{tmp_path / 'data.csv'}"
+    study.data.update(train=data, test=data)
+    study.methods = "single,hydra_taylor"
+    custom.train(study, tmp_path / "run")
+    results = custom.evaluate(study, tmp_path / "run")
+    assert set(results["methods"]) == {"single", "hydra_taylor"}
+    assert hj.from_pretrained(tmp_path / "run" / "hf" / "member_0").config.model_type == family

@@ -277,12 +277,12 @@ def base_search(base):
 
 def naive_circuit(model, data, n, objective):
     """The definition, one full forward per candidate (one compiled program, masks as inputs)."""
-    L = model.config.encoder.num_layers
+    L, heads = model.config.encoder.num_layers, model.config.encoder.num_heads[0]
     inputs = [{k: v for k, v in b.items() if k != "labels"} for b in data.batches]
-    keep = np.ones((L, N), bool)
+    keep = np.ones((L, heads), bool)
     for l in range(L):
         logits = []
-        for h in range(N):
+        for h in range(heads):
             mask = keep.astype(np.float32)
             mask[l, h] = 0.0
             logits.append(

@@ -138,6 +138,10 @@ def test_empty_and_all_padding_batches_are_refused(tiny):
         (lambda b: {"input_ids": b["input_ids"][0]}, r"must be \[B, T\], got shape \(7,\)"),
         (lambda b: {**b, "input_ids": b["input_ids"] + 0.0}, r"input_ids must be integers"),
         (lambda b: {**b, "head_mask": np.full((L, N), np.nan)}, r"head_mask contains NaN/inf"),
+        (lambda b: {**b, "input_ids": b["input_ids"][:, :0], "attention_mask": None},
+         r"input_ids has no tokens \(shape \(6, 0\)\)"),
+        (lambda b: {**b, "attention_mask": b["attention_mask"] * 2},
+         r"attention_mask must be 0 \(padding\) or 1 \(a token\); it holds \[0, 2\]"),
     ],
 )  # fmt: skip
 def test_bad_token_inputs_are_refused_before_they_reach_jit(tiny, edit, message):
@@ -157,6 +161,10 @@ def test_bad_pixel_layout_and_size_are_named():
         vit(pixel_values=np.zeros((1, 6, 6, 2), np.float32))
     with pytest.raises(ValueError, match=r"pixel_values has shape \(1, 2, 9, 9\); this model"):
         vit(pixel_values=np.zeros((1, 2, 9, 9), np.float32))
+    with pytest.raises(ValueError, match=r"pixel_values are uint8.*AutoImageProcessor"):
+        vit(pixel_values=np.full((1, 2, 6, 6), 200, np.uint8))
+    with pytest.raises(ValueError, match=r"pixel_values contain NaN/inf"):
+        vit(pixel_values=np.full((1, 2, 6, 6), np.inf, np.float32))
 
 
 def test_unknown_input_is_refused(tiny):

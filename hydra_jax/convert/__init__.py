@@ -7,14 +7,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hydra_jax.convert import bert, clip, dual_encoder, vit
+from hydra_jax.convert import bert, clip, distilbert, dual_encoder, vit
 from hydra_jax.convert.common import ConversionError, load_config, read_state_dict
 from hydra_jax.convert.native import load_model, save_model
 from hydra_jax.convert.torch_pickle import UnsafePickleError
 from hydra_jax.models import BertConfig, DualEncoderConfig, Model, ViTConfig
 
 _LOADERS: dict[str, Callable[[dict[str, Any], dict[str, Any]], Model]] = {
-    "bert": bert.load,
+    **dict.fromkeys(bert.FAMILIES, bert.load),  # bert, roberta, xlm-roberta, camembert, electra
+    distilbert.MODEL_TYPE: distilbert.load,
     "vit": vit.load,
     "clip": clip.load,
     dual_encoder.MODEL_TYPE: dual_encoder.load,
@@ -58,19 +59,24 @@ def from_pretrained(path: str | Path) -> Model:
 
 
 def save_pretrained(model: Model, path: str | Path) -> None:
-    """Writes a BERT, ViT or ViT-BERT dual encoder model as an HF directory (`config.json` +
-    `model.safetensors`)."""
+    """Writes a BERT-family (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, DistilBERT), ViT or
+    ViT-BERT dual encoder model as an HF directory (`config.json` + `model.safetensors`) under
+    its own `model_type`."""
+    config = model.config
+    if isinstance(config, BertConfig) and config.model_type == distilbert.MODEL_TYPE:
+        distilbert.export(model, Path(path))
+        return
     exporters = {
         BertConfig: bert.export,
         ViTConfig: vit.export,
         DualEncoderConfig: dual_encoder.export,
     }
-    if type(model.config) not in exporters:
+    if type(config) not in exporters:
         raise ConversionError(
-            f"no HF format for a {type(model.config).__name__} model (HF exports: BERT, ViT, "
+            f"no HF format for a {type(config).__name__} model (HF exports: BERT-family, ViT, "
             f"ViT-BERT dual encoders); hj.save_model saves any model in our own format"
         )
-    exporters[type(model.config)](model, Path(path))
+    exporters[type(config)](model, Path(path))
 
 
 def minilm_l6_path() -> Path:

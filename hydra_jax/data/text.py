@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,22 @@ MIN_TOKENS = 3
 PAD_MULTIPLE = 16  # pad T up to a multiple of this: few distinct shapes, so few XLA compiles
 
 
+def pad_id(tokenizer: tokenizers.Tokenizer, checkpoint: Path) -> int:
+    """The padding id of a checkpoint's tokenizer: its own padding setting, else the
+    `pad_token` of `tokenizer_config.json`, else `[PAD]` (BERT) or `<pad>` (RoBERTa, XLM-R),
+    else 0. RoBERTa-family models count positions from it, so it must be the tokenizer's."""
+    if tokenizer.padding is not None:
+        return int(tokenizer.padding["pad_id"])
+    config = checkpoint / "tokenizer_config.json"
+    names = ["[PAD]", "<pad>"]
+    if config.is_file():
+        token = json.loads(config.read_text()).get("pad_token")
+        token = token.get("content") if isinstance(token, dict) else token
+        names = [token, *names] if isinstance(token, str) else names
+    ids = [tokenizer.token_to_id(name) for name in names]
+    return next((i for i in ids if i is not None), 0)
+
+
 class TextEncoder:
     """The checkpoint's `tokenizer.json`, with its fixed padding switched off.
 
@@ -27,11 +44,10 @@ class TextEncoder:
     def __init__(self, checkpoint: Path, max_tokens: int = 64):
         checks.count("max_tokens ([CLS], a token, [SEP])", max_tokens, minimum=MIN_TOKENS)
         self.tokenizer = tokenizers.Tokenizer.from_file(str(Path(checkpoint) / "tokenizer.json"))
+        self.pad_id = pad_id(self.tokenizer, Path(checkpoint))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_tokens)
         self.max_tokens = max_tokens
-        pad = self.tokenizer.token_to_id("[PAD]")
-        self.pad_id = 0 if pad is None else pad
 
     def __call__(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids (with [CLS] ... [SEP]) per text, at most `max_tokens` each."""

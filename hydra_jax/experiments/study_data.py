@@ -15,7 +15,7 @@ import numpy as np
 from hydra_jax import data
 from hydra_jax.convert import minilm_l6_path
 from hydra_jax.data import Dataset, TextEncoder, TokenizedSet, concat_all, random_tokens
-from hydra_jax.models import Model
+from hydra_jax.models import BertConfig, Model
 from hydra_jax.models.sharding import barrier, is_primary
 
 
@@ -36,12 +36,20 @@ def text_encoder(config: ml_collections.ConfigDict, model: Model | None = None) 
 
 
 def check_vocabulary(encoder: TextEncoder, model: Model, checkpoint: Path) -> None:
-    """Refuses a tokenizer (of `checkpoint`) that can emit ids outside `model`'s vocabulary."""
+    """Refuses a tokenizer (of `checkpoint`) that can emit ids outside `model`'s vocabulary, or
+    that pads with another id than the one a RoBERTa-family model counts positions from."""
     vocab, table = encoder.tokenizer.get_vocab_size(), model.config.vocab_size
     if vocab > table:
         raise ValueError(
             f"the tokenizer of {checkpoint} has {vocab} tokens but the model's "
             f"embedding table has {table} rows: ids >= {table} would be out of range"
+        )
+    config = model.config
+    roberta = isinstance(config, BertConfig) and config.variant.positions_after_padding
+    if roberta and encoder.pad_id != config.pad_token_id:
+        raise ValueError(
+            f"the tokenizer of {checkpoint} pads with id {encoder.pad_id} but the model's "
+            f"pad_token_id is {config.pad_token_id}: its positions would be wrong"
         )
 
 

@@ -1,4 +1,6 @@
-"""BERT-family encoder (post-LN), tanh pooler and sequence classifier, in three stages."""
+"""BERT-family encoders (post-LN: BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, DistilBERT),
+their poolers and sequence classifiers, in three stages. `BertConfig.variant` says how a family
+differs from BERT: where positions start and which classifier head it has."""
 
 from __future__ import annotations
 
@@ -27,14 +29,20 @@ class Bert(StagedEncoder):
 
     def setup(self) -> None:
         c, e, dtype = self.config, self.config.encoder, compute_dtype(self.config.encoder)
-        self.word_embeddings = nn.Embed(c.vocab_size, e.width, dtype=dtype)
-        self.position_embeddings = nn.Embed(c.max_positions, e.width, dtype=dtype)
-        self.token_type_embeddings = nn.Embed(c.type_vocab_size, e.width, dtype=dtype)
+        E = c.embedding_size or e.width
+        self.word_embeddings = nn.Embed(c.vocab_size, E, dtype=dtype)
+        self.position_embeddings = nn.Embed(c.max_positions, E, dtype=dtype)
+        if c.type_vocab_size:
+            self.token_type_embeddings = nn.Embed(c.type_vocab_size, E, dtype=dtype)
         self.embeddings_norm = LayerNorm(e.layer_norm_eps)
+        if c.embedding_size:
+            self.embeddings_project = nn.Dense(e.width, dtype=dtype)
         self.encoder = Encoder(e)
         if c.pooler:
             self.pooler = nn.Dense(e.width, dtype=dtype)
         if c.num_labels:
+            if c.variant.head != "pooler":
+                self.pre_classifier = nn.Dense(e.width, dtype=dtype)
             self.classifier = nn.Dense(c.num_labels)
         # Flax derives a dropout module's RNG stream from its name; these are the names the
         # compact module gave them, so training draws the same masks as it always did.
@@ -50,28 +58,50 @@ class Bert(StagedEncoder):
         deterministic: bool = True,
     ) -> Stem:
         """`input_ids`, `attention_mask`, `token_type_ids`: `[B, T]` integers."""
+        c = self.config
         B, T = input_ids.shape
         if attention_mask is None:
             attention_mask = jnp.ones((B, T), jnp.int32)
-        if token_type_ids is None:
-            token_type_ids = jnp.zeros((B, T), jnp.int32)
-        x = (
-            self.word_embeddings(input_ids)
-            + self.position_embeddings(jnp.arange(T))[None]
-            + self.token_type_embeddings(token_type_ids)
-        )  # [B, T, D]
+        if c.variant.positions_after_padding:  # RoBERTa: real tokens count from pad + 1
+            real = (input_ids != c.pad_token_id).astype(jnp.int32)  # [B, T]
+            positions = self.position_embeddings(jnp.cumsum(real, -1) * real + c.pad_token_id)
+        else:
+            positions = self.position_embeddings(jnp.arange(T))[None]
+        x = self.word_embeddings(input_ids) + positions  # [B, T, E]
+        if c.type_vocab_size:
+            if token_type_ids is None:
+                token_type_ids = jnp.zeros((B, T), jnp.int32)
+            x = x + self.token_type_embeddings(token_type_ids)
         x = self.Dropout_0(self.embeddings_norm(x), deterministic=deterministic)
+        if c.embedding_size:
+            x = self.embeddings_project(x)  # [B, T, D]
         return Stem(x, padding_bias(attention_mask, x.dtype), attention_mask)
 
     def head(self, x: jax.Array, deterministic: bool = True) -> ModelOutput:
-        """Pooler (tanh of a dense layer on the [CLS] token) and classifier on `x` `[B, T, D]`."""
+        """Pooler (tanh of a dense layer on the first token) and the family's classifier on
+        `x` `[B, T, D]`."""
         c = self.config
         pooled = logits = None
         if c.pooler:
             pooled = jnp.tanh(self.pooler(x[:, 0]))  # [B, D]
         if c.num_labels:
-            logits = self.classifier(self.Dropout_1(wide(pooled), deterministic=deterministic))
-        return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits)  # [B, C]
+            logits = self.classifier(self._classifier_input(x, pooled, deterministic))  # [B, C]
+        return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits)
+
+    def _classifier_input(
+        self, x: jax.Array, pooled: jax.Array | None, deterministic: bool
+    ) -> jax.Array:
+        """What the final dense layer reads `[B, D]` (float32), by the family's head."""
+        head, drop = self.config.variant.head, self.Dropout_1
+        if head == "pooler":
+            return drop(wide(pooled), deterministic=deterministic)
+        first = x[:, 0]  # [B, D]
+        if head == "relu":  # DistilBERT: no dropout before its pre-classifier
+            h = jax.nn.relu(self.pre_classifier(first))
+        else:
+            h = self.pre_classifier(drop(first, deterministic=deterministic))
+            h = jnp.tanh(h) if head == "tanh" else jax.nn.gelu(h, approximate=False)
+        return drop(wide(h), deterministic=deterministic)
 
     def __call__(
         self,

@@ -51,8 +51,44 @@ class EncoderConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class TextVariant:
+    """How a BERT-family checkpoint differs from BERT itself (its encoder layers do not).
+
+    Attributes:
+      positions_after_padding: position ids count the real tokens of each row, starting at
+        `pad_token_id + 1` (RoBERTa); else 0..T-1.
+      head: the sequence classifier on the first token's final state: `pooler` (BERT: the tanh
+        pooler, dropout, a dense layer), `tanh` / `gelu` (RoBERTa / ELECTRA: dropout, a dense
+        layer, the activation, dropout, a dense layer), `relu` (DistilBERT: a dense layer, ReLU,
+        dropout, a dense layer).
+    """
+
+    positions_after_padding: bool
+    head: str
+
+
+# HF `model_type` -> how it differs from BERT. XLM-RoBERTa and CamemBERT are RoBERTa networks.
+TEXT_VARIANTS = {
+    "bert": TextVariant(positions_after_padding=False, head="pooler"),
+    "roberta": TextVariant(positions_after_padding=True, head="tanh"),
+    "xlm-roberta": TextVariant(positions_after_padding=True, head="tanh"),
+    "camembert": TextVariant(positions_after_padding=True, head="tanh"),
+    "electra": TextVariant(positions_after_padding=False, head="gelu"),
+    "distilbert": TextVariant(positions_after_padding=False, head="relu"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
 class BertConfig:
-    """BERT-family encoder; `num_labels == 0` means no sequence classifier."""
+    """A BERT-family encoder (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, DistilBERT: one
+    post-LN layer stack, `model_type` names the variant); `num_labels == 0` means no sequence
+    classifier.
+
+    Attributes:
+      type_vocab_size: token types; 0 for none (DistilBERT: no `token_type_ids` input).
+      embedding_size: the width of the token tables when narrower than the encoder's, projected
+        to it (ELECTRA's `embeddings_project`); 0 for the encoder's width.
+    """
 
     encoder: EncoderConfig
     vocab_size: int
@@ -62,6 +98,24 @@ class BertConfig:
     pooler: bool = True
     num_labels: int = 0
     classifier_dropout: float | None = None
+    model_type: str = "bert"
+    embedding_size: int = 0
+
+    def __post_init__(self) -> None:
+        if self.model_type not in TEXT_VARIANTS:
+            raise ValueError(
+                f"model_type {self.model_type!r} is not one of {sorted(TEXT_VARIANTS)}"
+            )
+
+    @property
+    def variant(self) -> TextVariant:
+        return TEXT_VARIANTS[self.model_type]
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest sequence the position table serves."""
+        offset = self.pad_token_id + 1 if self.variant.positions_after_padding else 0
+        return self.max_positions - offset
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from hydra_jax.models.config import (
@@ -95,12 +96,16 @@ def _check_ids(name: str, ids: Any, high: int, what: str) -> None:
 
 
 def _check_text(inputs: Mapping[str, Any], vocab: int, positions: int, types: int | None) -> None:
+    """`positions`: the most tokens the position table serves; `types`: token types (None:
+    not checked)."""
     ids = inputs.get("input_ids")
     if ids is None:
         return
     shape = tuple(np.shape(ids))
     if len(shape) != 2:
         raise ValueError(f"input_ids must be [B, T], got shape {shape}")
+    if shape[1] == 0:
+        raise ValueError(f"input_ids has no tokens (shape {shape}): every example needs one")
     if shape[1] > positions:
         raise ValueError(
             f"input_ids has {shape[1]} tokens, more than the model's {positions} positions"
@@ -112,12 +117,24 @@ def _check_text(inputs: Mapping[str, Any], vocab: int, positions: int, types: in
             )
     _check_ids("input_ids", ids, vocab, "the vocabulary")
     if types is not None and inputs.get("token_type_ids") is not None:
-        _check_ids("token_type_ids", inputs["token_type_ids"], types, "the token types")
+        # A model without token types (DistilBERT) takes the zeros a batch carries, no more.
+        what = "the token types" if types else "this model has no token types: all 0"
+        _check_ids("token_type_ids", inputs["token_type_ids"], max(types, 1), what)
 
 
 def _check_pixels(pixels: Any, image_size: int, channels: int) -> None:
     if pixels is None:
         return
+    dtype = np.dtype(pixels.dtype if hasattr(pixels, "dtype") else np.asarray(pixels).dtype)
+    if not jnp.issubdtype(dtype, jnp.floating):  # (bfloat16 is a floating type to JAX)
+        raise ValueError(
+            f"pixel_values are {dtype} (raw image values?); the model takes the normalised floats "
+            "of its image processor: transformers.AutoImageProcessor.from_pretrained(DIR)(images)"
+            " or hydra_jax.data.files.pixels"
+        )
+    values = _concrete(pixels)
+    if values is not None and not np.all(np.isfinite(values)):
+        raise ValueError("pixel_values contain NaN/inf")
     shape = tuple(np.shape(pixels))
     expected = (channels, image_size, image_size)
     if len(shape) == 4 and shape[1:] == expected:
@@ -148,7 +165,7 @@ def check_inputs(config: ArchConfig, inputs: Mapping[str, Any]) -> None:
     if isinstance(bert, CLIPVisionTowerConfig):
         _check_pixels(inputs.get("pixel_values"), bert.vision.image_size, bert.vision.num_channels)
     elif isinstance(bert, BertConfig):
-        _check_text(inputs, bert.vocab_size, bert.max_positions, bert.type_vocab_size)
+        _check_text(inputs, bert.vocab_size, bert.max_tokens, bert.type_vocab_size)
     elif isinstance(bert, ViTConfig):
         _check_pixels(inputs.get("pixel_values"), bert.image_size, bert.num_channels)
     elif isinstance(bert, CLIPConfig):
@@ -157,7 +174,7 @@ def check_inputs(config: ArchConfig, inputs: Mapping[str, Any]) -> None:
         _check_pixels(inputs.get("pixel_values"), vision.image_size, vision.num_channels)
     elif isinstance(bert, DualEncoderConfig):
         text, vision = bert.text, bert.vision
-        _check_text(inputs, text.vocab_size, text.max_positions, text.type_vocab_size)
+        _check_text(inputs, text.vocab_size, text.max_tokens, text.type_vocab_size)
         _check_pixels(inputs.get("pixel_values"), vision.image_size, vision.num_channels)
     for name in ("head_mask", "text_head_mask", "vision_head_mask"):
         mask = inputs.get(name)
@@ -167,6 +184,9 @@ def check_inputs(config: ArchConfig, inputs: Mapping[str, Any]) -> None:
     mask = _concrete(inputs.get("attention_mask"))
     if mask is None or mask.ndim != 2:
         return
+    if not np.isin(mask, (0, 1)).all():
+        values = np.unique(mask)[:6].tolist()
+        raise ValueError(f"attention_mask must be 0 (padding) or 1 (a token); it holds {values}")
     empty = np.nonzero(mask.sum(-1) == 0)[0]
     if empty.size:
         raise ValueError(

@@ -195,21 +195,30 @@ def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
     """The model with a freshly initialised `num_labels`-way classifier, replacing any it had.
 
     BERT/ViT: a dense layer initialised as `transformers` does (normal(0.02) kernel, zero bias);
-    for BERT it reads the tanh pooler, which must exist. Vision towers (CLIP's, or a dual
+    for BERT it reads the tanh pooler, which must exist; RoBERTa, ELECTRA and DistilBERT get
+    their own two-layer head (`pre_classifier`, then `classifier`), initialised the same way.
+    Vision towers (CLIP's, or a dual
     encoder's ViT with `projection_dim`): a zero-shot head of random class embeddings `[C, E]`
     (normal(0.02)) and CLIP's initial logit scale; `zero_shot` puts prompt embeddings there.
     """
     checks.count("num_labels", num_labels)
     config = model.config
-    if isinstance(config, BertConfig) and not config.pooler:
+    two_layers = isinstance(config, BertConfig) and config.variant.head != "pooler"
+    if isinstance(config, BertConfig) and not (config.pooler or two_layers):
         raise ValueError("a BERT sequence classifier reads the pooler, which this model lacks")
     zero_shot_vit = isinstance(config, ViTConfig) and config.projection_dim > 0
-    params = {k: v for k, v in model.params.items()
-              if k not in ("classifier", "class_embeds", "logit_scale")}  # fmt: skip
+    old_head = ("pre_classifier", "classifier", "class_embeds", "logit_scale")
+    params = {k: v for k, v in model.params.items() if k not in old_head}
     if isinstance(config, BertConfig | ViTConfig) and not zero_shot_vit:
         width = config.encoder.width
-        kernel = 0.02 * jax.random.normal(rng, (width, num_labels), jnp.float32)
-        head = {"classifier": {"kernel": kernel, "bias": jnp.zeros(num_labels)}}
+
+        def dense(key: jax.Array, outputs: int) -> dict[str, jax.Array]:
+            kernel = 0.02 * jax.random.normal(key, (width, outputs), jnp.float32)
+            return {"kernel": kernel, "bias": jnp.zeros(outputs)}
+
+        head = {"classifier": dense(rng, num_labels)}
+        if two_layers:
+            head["pre_classifier"] = dense(jax.random.fold_in(rng, 1), width)
     elif isinstance(config, CLIPVisionTowerConfig) or zero_shot_vit:
         E = config.projection_dim
         head = {

@@ -1,4 +1,6 @@
-"""HuggingFace ViT (ViTModel, ViTForImageClassification) <-> ours."""
+"""HuggingFace ViT (ViTModel, ViTForImageClassification) and DeiT (DeiTModel,
+DeiTForImageClassification, DeiTForImageClassificationWithTeacher) <-> ours: one network, DeiT
+with a distillation token (and, with its teacher's head, a second classifier)."""
 
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ HANDLED = (
 # `encoder_stride` only configures ViTForMaskedImageModeling's decoder, which we do not model.
 
 IGNORED = ()
+# HF model_type -> (class-name stem, the backbone's prefix in a classifier checkpoint).
+FAMILIES = {"vit": ("ViT", "vit."), "deit": ("DeiT", "deit.")}
 
 _LAYER = "encoder.layer.{l}"
 _OURS = "encoder/layer_{l}"
@@ -48,6 +52,11 @@ def rules_for(config: ViTConfig) -> list[Rule]:
     qkv_bias = config.encoder.qkv_bias
     rules = [
         Rule("embeddings.cls_token", "cls_token", SQUEEZE_2),
+        *(
+            [Rule("embeddings.distillation_token", "distillation_token", SQUEEZE_2)]
+            if config.distillation_token
+            else []
+        ),
         Rule("embeddings.position_embeddings", "position_embeddings", SQUEEZE_1),
         Rule("embeddings.patch_embeddings.projection.weight", "patch/kernel", CONV),
         Rule("embeddings.patch_embeddings.projection.bias", "patch/bias"),
@@ -65,13 +74,19 @@ def rules_for(config: ViTConfig) -> list[Rule]:
     ]
     if config.pooler:
         rules += dense("pooler.dense", "pooler")
-    if config.num_labels:
+    if config.distilled_head:  # DeiT with its teacher's head
+        rules += dense("cls_classifier", "classifier")
+        rules += dense("distillation_classifier", "distillation_classifier")
+    elif config.num_labels:
         rules += dense("classifier", "classifier")
     return expand(rules, config.encoder.num_layers)
 
 
-def config_from_hf(hf: dict[str, Any], has_pooler: bool) -> ViTConfig:
-    check_fields(hf, HANDLED, "ViT")
+def config_from_hf(hf: dict[str, Any], has_pooler: bool, distilled_head: bool = False) -> ViTConfig:
+    model_type = field(hf, "model_type", str, "vit")  # (a dual encoder's vision config omits it)
+    require(model_type in FAMILIES, f"ViT-named model_type {model_type!r} is not one of "
+            f"{sorted(FAMILIES)}")  # fmt: skip
+    check_fields(hf, HANDLED, FAMILIES[model_type][0])
     D = field(hf, "hidden_size", int)
     pooler_size = field(hf, "pooler_output_size", int, D)
     require(
@@ -87,13 +102,18 @@ def config_from_hf(hf: dict[str, Any], has_pooler: bool) -> ViTConfig:
         num_channels=field(hf, "num_channels", int, 3),
         pooler=has_pooler,
         pooler_activation=pooler_act,
-        num_labels=num_labels(hf, "ForImageClassification"),
+        num_labels=num_labels(hf, "ForImageClassification")
+        or num_labels(hf, "ForImageClassificationWithTeacher"),
+        model_type=model_type,
+        distillation_token=model_type == "deit",
+        distilled_head=distilled_head,
     )
 
 
 def load(hf: dict[str, Any], tensors: dict[str, Any]) -> Model:
-    tensors = strip_prefix(tensors, "vit.")
-    config = config_from_hf(hf, has_pooler="pooler.dense.weight" in tensors)
+    tensors = strip_prefix(tensors, FAMILIES[hf["model_type"]][1])
+    config = config_from_hf(hf, has_pooler="pooler.dense.weight" in tensors,
+                            distilled_head="cls_classifier.weight" in tensors)  # fmt: skip
     return load_model(config, rules_for(config), tensors, IGNORED)
 
 
@@ -101,11 +121,12 @@ def hf_config(c: ViTConfig) -> dict[str, Any]:
     """The HF `config.json` fields of `c` (inverse of `config_from_hf`)."""
     require(c.projection_dim == 0, "a ViT vision tower's projection belongs to its dual encoder; "
             "export the dual encoder")  # fmt: skip
-    e = c.encoder
+    e, stem = c.encoder, FAMILIES[c.model_type][0]
+    classifier = f"{stem}ForImageClassification" + ("WithTeacher" if c.distilled_head else "")
     return {
-        "model_type": "vit",
-        "architectures": ["ViTForImageClassification" if c.num_labels else "ViTModel"],
-        **encoder_hf_fields(e, "ViT"),
+        "model_type": c.model_type,
+        "architectures": [classifier if c.num_labels else f"{stem}Model"],
+        **encoder_hf_fields(e, stem),
         "hidden_dropout_prob": e.dropout,
         "attention_probs_dropout_prob": e.attention_dropout,
         "image_size": c.image_size,
@@ -123,5 +144,5 @@ def export(model: Model, path: Path) -> None:
     if not isinstance(c, ViTConfig):
         raise ConversionError(f"expected a ViT model, got {type(c).__name__}")
     hf = hf_config(c)
-    prefix = "vit." if c.num_labels else ""
+    prefix = FAMILIES[c.model_type][1] if c.num_labels else ""
     write_hf(path, hf, to_hf_tensors(rules_for(c), model.params, prefix))

@@ -1,5 +1,5 @@
 """Functional transformer models: the BERT family (BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
-ELECTRA, DistilBERT), ViT and CLIP, with a per-head mask.
+ELECTRA, DistilBERT), ViT, DeiT, DINOv2 and CLIP, with a per-head mask.
 
 Axis letters, used in every einsum, shape comment and docstring of the package (never reused):
 

@@ -23,6 +23,8 @@ class EncoderConfig:
       qkv_bias: whether query/key/value projections carry biases.
       dropout: residual and embedding dropout rate (used only when a dropout RNG is given).
       attention_dropout: dropout rate on attention probabilities.
+      layer_scale: per-channel learned scales `[D]` on each block's output before the residual
+        sum (`attention_scale`, `mlp_scale`; DINOv2's LayerScale).
       dtype: the compute dtype, "float32" or "bfloat16" (`COMPUTE_DTYPES`). Parameters stay in
         their own dtype (float32); matmuls and hidden states run in `dtype`; attention softmax,
         LayerNorm statistics, logits, embeddings and losses are float32 whatever it is.
@@ -40,10 +42,13 @@ class EncoderConfig:
     dropout: float = 0.0
     attention_dropout: float = 0.0
     dtype: str = "float32"
+    layer_scale: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype not in COMPUTE_DTYPES:
             raise ValueError(f"compute dtype {self.dtype!r} is not one of {COMPUTE_DTYPES}")
+        if self.layer_scale and not self.pre_norm:
+            raise ValueError("layer scale is modelled for pre-LN stacks only")
 
     @property
     def num_layers(self) -> int:
@@ -120,11 +125,20 @@ class BertConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ViTConfig:
-    """ViT; `num_labels == 0` means no image classifier (which reads the final-LN CLS token).
+    """ViT, DeiT or DINOv2; `num_labels == 0` means no image classifier (which reads the
+    final-LN CLS token).
 
     With `projection_dim` E > 0 it is a dual encoder's vision tower: the pooler output is
     projected to `embeds` `[B, E]`, and a classifier (`num_labels`) is zero-shot, `logits =
     exp(logit_scale) * cos(embeds, class_embeds)` over fixed class embeddings `[C, E]`.
+
+    Attributes:
+      model_type: the HF family, `vit`, `deit` or `dinov2` (DINOv2: layer scale in the
+        encoder, positions resized bicubically for other image sizes, a classifier on CLS
+        concatenated with the mean patch token).
+      distillation_token: DeiT's second learned token, after CLS, with its own position.
+      distilled_head: `DeiTForImageClassificationWithTeacher`: the logits are the mean of a
+        classifier on CLS and one on the distillation token (`distillation_classifier`).
     """
 
     encoder: EncoderConfig
@@ -135,10 +149,16 @@ class ViTConfig:
     pooler_activation: str = "tanh"
     num_labels: int = 0
     projection_dim: int = 0
+    model_type: str = "vit"
+    distillation_token: bool = False
+    distilled_head: bool = False
 
     def __post_init__(self) -> None:
         if self.projection_dim and not self.pooler:
             raise ValueError("a ViT vision tower (projection_dim > 0) projects the pooler output")
+        if self.distilled_head and not (self.distillation_token and self.num_labels):
+            raise ValueError("a distilled head reads the distillation token: it needs one, and "
+                             "a classifier")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)

@@ -82,6 +82,27 @@ class Mlp(nn.Module):
         return nn.Dense(self.width, dtype=self.dtype, name="fc2")(h)  # [B, T, D]
 
 
+Scale = Callable[[jax.Array], jax.Array]
+
+
+def channels(gamma: jax.Array, h: jax.Array) -> jax.Array:
+    """A per-channel `[D]` vector shaped to multiply `h` `[..., D]` (explicit ranks), in `h`'s
+    dtype."""
+    return gamma.astype(h.dtype).reshape((1,) * (h.ndim - 1) + gamma.shape)
+
+
+def layer_scales(module: nn.Module, c: EncoderConfig) -> dict[str, Scale]:
+    """Per block (`attention`, `mlp`): its output times a learned `[D]` scale where the stack has
+    layer scale (parameters `attention_scale`, `mlp_scale`; created in `module`), else as is."""
+    if not c.layer_scale:
+        return {"attention": lambda h: h, "mlp": lambda h: h}
+    out = {}
+    for block in ("attention", "mlp"):
+        gamma = module.param(f"{block}_scale", nn.initializers.ones, (c.width,), jnp.float32)
+        out[block] = lambda h, gamma=gamma: h * channels(gamma, h)
+    return out
+
+
 class EncoderLayer(nn.Module):
     config: EncoderConfig
     num_heads: int
@@ -97,10 +118,11 @@ class EncoderLayer(nn.Module):
         attention_norm = LayerNorm(c.layer_norm_eps, name="attention_norm")
         mlp_norm = LayerNorm(c.layer_norm_eps, name="mlp_norm")
         drop = nn.Dropout(c.dropout, deterministic=deterministic)
+        scale = layer_scales(self, c)
         if c.pre_norm:
             a, probs = attention(attention_norm(x), bias, head_mask, deterministic)
-            x = x + drop(a)
-            x = x + drop(mlp(mlp_norm(x)))
+            x = x + drop(scale["attention"](a))
+            x = x + drop(scale["mlp"](mlp(mlp_norm(x))))
         else:
             a, probs = attention(x, bias, head_mask, deterministic)
             x = attention_norm(x + drop(a))

@@ -31,7 +31,7 @@ from hydra_jax.models.config import (
     MemberConfig,
     ViTConfig,
 )
-from hydra_jax.models.encoder import LayerNorm, Mlp, compute_dtype
+from hydra_jax.models.encoder import LayerNorm, Mlp, channels, compute_dtype
 from hydra_jax.models.outputs import ModelOutput
 
 Params = Any
@@ -40,7 +40,7 @@ Params = Any
 # per member).
 EMBEDDING_TABLES: dict[type, tuple[str, ...]] = {
     BertConfig: ("word_embeddings", "position_embeddings", "token_type_embeddings"),
-    ViTConfig: ("patch", "cls_token", "position_embeddings"),
+    ViTConfig: ("patch", "cls_token", "distillation_token", "position_embeddings"),
     CLIPVisionTowerConfig: ("patch", "class_embedding", "position_embedding"),
 }
 
@@ -116,15 +116,23 @@ class _Ops:
         return self.norm.apply({"params": p}, x)
 
 
-def _attend(ops: _Ops, attention: Attention, bias: jax.Array | None):
-    """One member's attention block: `(weights, its norm, stream, dropout key) -> [B, T, D]`."""
+def _scaled(h: jax.Array, scale: jax.Array | None) -> jax.Array:
+    """`h` times a layer scale `[D]` (None: no layer scale)."""
+    return h if scale is None else h * channels(scale, h)
 
-    def attend(p: Params, norm: Params, h: jax.Array, key: jax.Array | None) -> jax.Array:
+
+def _attend(ops: _Ops, attention: Attention, bias: jax.Array | None):
+    """One member's attention block: `(weights, its norm, its layer scale or None, stream,
+    dropout key) -> [B, T, D]`."""
+
+    def attend(
+        p: Params, norm: Params, scale: jax.Array | None, h: jax.Array, key: jax.Array | None
+    ) -> jax.Array:
         if ops.e.pre_norm:
             h = ops.layer_norm(norm, h)
         rngs = None if key is None else {"dropout": key}
         out, _ = attention.apply({"params": p}, h, bias, None, key is None, rngs=rngs)
-        return ops.dropout(out, None if key is None else jax.random.fold_in(key, 1))
+        return ops.dropout(_scaled(out, scale), None if key is None else jax.random.fold_in(key, 1))
 
     return attend
 
@@ -143,7 +151,8 @@ def encode(
         own, mlp = members["encoder"][f"layer_{l}"], shared["encoder"][f"layer_{l}"]["mlp"]
         attend = _attend(ops, ops.attention(n), bias)
         keys = _keys(rng, M, 4 * l)
-        a = _vmap(attend, own["attention"], own["attention_norm"], x, keys)  # [M, B, T, D]
+        scale = own.get("attention_scale")  # [M, D] with layer scale (DINOv2), else None
+        a = _vmap(attend, own["attention"], own["attention_norm"], scale, x, keys)  # [M, B, T, D]
         norm = jax.vmap(ops.layer_norm)
         if e.pre_norm:
             x = x + a
@@ -155,6 +164,7 @@ def encode(
         # stays in cache, and the fused forward is 25% faster than with one [M, B, T, F] pass
         # (bench/ensemble.py). XLA FLOPs are the same.
         h = jnp.stack([ops.mlp.apply({"params": mlp}, h[m]) for m in range(M)])  # [M, B, T, D]
+        h = _vmap(_scaled, h, own.get("mlp_scale"))
         h = _vmap(ops.dropout, h, _keys(rng, M, 4 * l + 2))
         x = x + h if e.pre_norm else norm(own["mlp_norm"], x + h)
     return x

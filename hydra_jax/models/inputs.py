@@ -122,7 +122,9 @@ def _check_text(inputs: Mapping[str, Any], vocab: int, positions: int, types: in
         _check_ids("token_type_ids", inputs["token_type_ids"], max(types, 1), what)
 
 
-def _check_pixels(pixels: Any, image_size: int, channels: int) -> None:
+def _check_pixels(pixels: Any, image_size: int, channels: int, any_size: int = 0) -> None:
+    """`any_size`: a patch size P; images of any size of at least P x P pass (DINOv2 resizes
+    its positions), else exactly `image_size`."""
     if pixels is None:
         return
     dtype = np.dtype(pixels.dtype if hasattr(pixels, "dtype") else np.asarray(pixels).dtype)
@@ -138,6 +140,8 @@ def _check_pixels(pixels: Any, image_size: int, channels: int) -> None:
     shape = tuple(np.shape(pixels))
     expected = (channels, image_size, image_size)
     if len(shape) == 4 and shape[1:] == expected:
+        return
+    if any_size and len(shape) == 4 and shape[1] == channels and min(shape[2:]) >= any_size:
         return
     if len(shape) == 4 and shape[1:] == (image_size, image_size, channels):
         raise ValueError(
@@ -167,7 +171,8 @@ def check_inputs(config: ArchConfig, inputs: Mapping[str, Any]) -> None:
     elif isinstance(bert, BertConfig):
         _check_text(inputs, bert.vocab_size, bert.max_tokens, bert.type_vocab_size)
     elif isinstance(bert, ViTConfig):
-        _check_pixels(inputs.get("pixel_values"), bert.image_size, bert.num_channels)
+        flexible = bert.patch_size if bert.model_type == "dinov2" else 0
+        _check_pixels(inputs.get("pixel_values"), bert.image_size, bert.num_channels, flexible)
     elif isinstance(bert, CLIPConfig):
         _check_text(inputs, bert.text.vocab_size, bert.text.max_positions, None)
         vision = bert.vision

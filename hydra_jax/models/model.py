@@ -196,7 +196,9 @@ def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
 
     BERT/ViT: a dense layer initialised as `transformers` does (normal(0.02) kernel, zero bias);
     for BERT it reads the tanh pooler, which must exist; RoBERTa, ELECTRA and DistilBERT get
-    their own two-layer head (`pre_classifier`, then `classifier`), initialised the same way.
+    their own two-layer head (`pre_classifier`, then `classifier`), DeiT with its teacher's head
+    a `distillation_classifier` too, DINOv2 a classifier on `[CLS, mean patch]` (2D inputs),
+    all initialised the same way.
     Vision towers (CLIP's, or a dual
     encoder's ViT with `projection_dim`): a zero-shot head of random class embeddings `[C, E]`
     (normal(0.02)) and CLIP's initial logit scale; `zero_shot` puts prompt embeddings there.
@@ -207,18 +209,22 @@ def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
     if isinstance(config, BertConfig) and not (config.pooler or two_layers):
         raise ValueError("a BERT sequence classifier reads the pooler, which this model lacks")
     zero_shot_vit = isinstance(config, ViTConfig) and config.projection_dim > 0
-    old_head = ("pre_classifier", "classifier", "class_embeds", "logit_scale")
+    old_head = ("pre_classifier", "classifier", "distillation_classifier", "class_embeds",
+                "logit_scale")  # fmt: skip
     params = {k: v for k, v in model.params.items() if k not in old_head}
     if isinstance(config, BertConfig | ViTConfig) and not zero_shot_vit:
         width = config.encoder.width
 
-        def dense(key: jax.Array, outputs: int) -> dict[str, jax.Array]:
-            kernel = 0.02 * jax.random.normal(key, (width, outputs), jnp.float32)
+        def dense(key: jax.Array, outputs: int, inputs: int = width) -> dict[str, jax.Array]:
+            kernel = 0.02 * jax.random.normal(key, (inputs, outputs), jnp.float32)
             return {"kernel": kernel, "bias": jnp.zeros(outputs)}
 
-        head = {"classifier": dense(rng, num_labels)}
+        dinov2 = isinstance(config, ViTConfig) and config.model_type == "dinov2"
+        head = {"classifier": dense(rng, num_labels, 2 * width if dinov2 else width)}
         if two_layers:
             head["pre_classifier"] = dense(jax.random.fold_in(rng, 1), width)
+        if isinstance(config, ViTConfig) and config.distilled_head:
+            head["distillation_classifier"] = dense(jax.random.fold_in(rng, 2), num_labels)
     elif isinstance(config, CLIPVisionTowerConfig) or zero_shot_vit:
         E = config.projection_dim
         head = {

@@ -1,11 +1,15 @@
 """ViT (pre-LN): conv patch embedding, CLS token, final LayerNorm, classifier on CLS (or, as a
-dual encoder's vision tower, a projection and a zero-shot classifier)."""
+dual encoder's vision tower, a projection and a zero-shot classifier). DeiT adds a distillation
+token; DINOv2 resizes its positions to the image and classifies CLS with the mean patch."""
 
 from __future__ import annotations
+
+import math
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hydra_jax.models.config import ViTConfig
 from hydra_jax.models.encoder import (
@@ -46,6 +50,38 @@ def patchify(conv: nn.Conv, pixel_values: jax.Array) -> jax.Array:
     return x.reshape(x.shape[0], -1, x.shape[-1])  # [B, T, D]
 
 
+def bicubic_matrix(size_in: int, size_out: int) -> np.ndarray:
+    """`[out, in]` weights that resize an axis as `torch.nn.functional.interpolate(...,
+    mode="bicubic", align_corners=False)` does: source position `(i + 0.5) * in / out - 0.5`,
+    Keys' cubic kernel with a = -0.75, indices clamped at the borders."""
+    a = -0.75
+
+    def near(x: float) -> float:  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x: float) -> float:  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    matrix = np.zeros((size_out, size_in))
+    for i in range(size_out):
+        x = (i + 0.5) * size_in / size_out - 0.5
+        start = math.floor(x)
+        t = x - start
+        for k, w in enumerate((far(t + 1), near(t), near(1 - t), far(2 - t))):
+            matrix[i, min(max(start - 1 + k, 0), size_in - 1)] += w
+    return matrix.astype(np.float32)
+
+
+def resized_positions(positions: jax.Array, grid: tuple[int, int]) -> jax.Array:
+    """DINOv2's position table `[1 + G * G, D]` (CLS first) for a patch grid `(h, w)`: the patch
+    positions resized bicubically in float32, as `transformers` does for another image size."""
+    G = math.isqrt(positions.shape[0] - 1)
+    h, w = grid
+    patches = positions[1:].reshape(G, G, -1).astype(jnp.float32)  # [G, G, D]
+    resized = jnp.einsum("hH,wW,HWD->hwD", bicubic_matrix(G, h), bicubic_matrix(G, w), patches)
+    return jnp.concatenate([positions[:1], resized.reshape(h * w, -1).astype(positions.dtype)])
+
+
 def prepend(token: jax.Array, x: jax.Array) -> jax.Array:
     """`[D]` token before the `[B, T, D]` sequence -> `[B, T + 1, D]`."""
     B, _, D = x.shape
@@ -62,8 +98,12 @@ class ViT(StagedEncoder):
         T = (c.image_size // c.patch_size) ** 2
         self.patch = patch_conv(e.width, c.patch_size, use_bias=True, dtype=dtype)
         self.cls_token = self.param("cls_token", nn.initializers.normal(0.02), (e.width,))
+        if c.distillation_token:
+            init = nn.initializers.normal(0.02)
+            self.distillation_token = self.param("distillation_token", init, (e.width,))
+        tokens = T + 1 + c.distillation_token
         self.position_embeddings = self.param(
-            "position_embeddings", nn.initializers.normal(0.02), (T + 1, e.width)
+            "position_embeddings", nn.initializers.normal(0.02), (tokens, e.width)
         )
         self.encoder = Encoder(e)
         self.final_norm = LayerNorm(e.layer_norm_eps)
@@ -78,12 +118,23 @@ class ViT(StagedEncoder):
             self.logit_scale = self.param("logit_scale", scale, ())
         elif c.num_labels:
             self.classifier = nn.Dense(c.num_labels)
+            if c.distilled_head:
+                self.distillation_classifier = nn.Dense(c.num_labels)
         self.Dropout_0 = nn.Dropout(e.dropout)  # the compact module's name: same RNG stream
 
     def embed(self, pixel_values: jax.Array, deterministic: bool = True) -> Stem:
         """`pixel_values`: `[B, C, H, W]` floats, as HF image processors produce them."""
-        x = prepend(self.cls_token, patchify(self.patch, pixel_values))  # [B, T+1, D]
-        x = x + self.position_embeddings[None].astype(x.dtype)
+        c = self.config
+        x = patchify(self.patch, pixel_values)  # [B, T, D]
+        if c.distillation_token:  # DeiT: [CLS, distillation, patches]
+            x = prepend(self.distillation_token, x)
+        x = prepend(self.cls_token, x)  # [B, T + 1 (+ 1), D]
+        positions = self.position_embeddings
+        H, W = pixel_values.shape[2:]
+        grid = (H // c.patch_size, W // c.patch_size)
+        if c.model_type == "dinov2" and not (x.shape[1] == positions.shape[0] and H == W):
+            positions = resized_positions(positions, grid)  # as transformers: another size
+        x = x + positions[None].astype(x.dtype)
         return Stem(self.Dropout_0(x, deterministic=deterministic))
 
     def head(self, x: jax.Array, deterministic: bool = True) -> ModelOutput:
@@ -97,8 +148,12 @@ class ViT(StagedEncoder):
             embeds = self.projection(wide(pooled))  # [B, E]
         if c.num_labels and c.projection_dim:  # [B, C]
             logits = zero_shot_logits(embeds, self.class_embeds, self.logit_scale)
+        elif c.num_labels and c.model_type == "dinov2":  # CLS and the mean patch: [B, 2D]
+            logits = self.classifier(jnp.concatenate([wide(x[:, 0]), wide(x[:, 1:]).mean(1)], -1))
         elif c.num_labels:
             logits = self.classifier(wide(x[:, 0]))  # [B, C]
+            if c.distilled_head:  # DeiT with its teacher's head: the mean of the two
+                logits = (logits + self.distillation_classifier(wide(x[:, 1]))) / 2
         return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits, embeds=embeds)
 
     def __call__(

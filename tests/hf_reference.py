@@ -41,3 +41,36 @@ def masked_heads(
 
 def to_numpy(x: torch.Tensor) -> np.ndarray:
     return x.detach().cpu().numpy()
+
+
+def assert_outputs_close(ours, expected, hidden: torch.Tensor, what: str) -> None:
+    """Our model's logits, last hidden state and attentions `[L, B, N, T, S]` against a
+    `transformers` classifier's output (`output_attentions=True`) and its backbone's hidden
+    state, to float32 rounding of each output's scale."""
+    from hydra_jax import testing
+
+    testing.assert_close(ours.logits, to_numpy(expected.logits), err_msg=f"{what} logits")
+    testing.assert_close(ours.last_hidden_state, to_numpy(hidden), err_msg=f"{what} hidden")
+    attentions = np.stack([to_numpy(a) for a in expected.attentions])
+    testing.assert_close(ours.attentions, attentions, err_msg=f"{what} attentions")
+
+
+def head_importance(
+    model: torch.nn.Module,
+    out_projections: Sequence[torch.nn.Module],
+    inputs: dict[str, np.ndarray],
+    labels: np.ndarray,
+    shape: tuple[int, int],
+) -> np.ndarray:
+    """HIS by its definition in PyTorch: the mean over examples of `|d CE(x) / d m|` at m = 1,
+    the head mask `m` `[L, N]` scaling each head's context (`masked_heads`), one example at a
+    time."""
+    mask = torch.ones(shape, requires_grad=True)
+    grads = []
+    for i in range(len(labels)):
+        example = {k: torch.tensor(v[i : i + 1]) for k, v in inputs.items()}
+        with masked_heads(out_projections, mask):
+            logits = model(**example).logits
+        loss = torch.nn.functional.cross_entropy(logits, torch.tensor(labels[i : i + 1]))
+        grads.append(np.abs(to_numpy(torch.autograd.grad(loss, mask)[0])))
+    return np.mean(grads, axis=0)

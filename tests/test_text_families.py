@@ -18,7 +18,12 @@ from hydra_jax import testing
 torch = pytest.importorskip("torch", reason="torch is not installed: PyTorch parity skipped")
 transformers = pytest.importorskip("transformers")
 
-from hf_reference import masked_heads, to_numpy  # noqa: E402
+from hf_reference import (  # noqa: E402
+    assert_outputs_close,
+    head_importance,
+    masked_heads,
+    to_numpy,
+)
 from test_hydra import naive_circuit  # noqa: E402
 
 from hydra_jax.data import TokenizedSet, uncertainty_batches  # noqa: E402
@@ -130,10 +135,7 @@ def test_logits_and_hidden_states_equal_transformers_under_head_masks(pair):
             expected = reference(**tensors, output_attentions=True)
             hidden = getattr(reference, family.base)(**tensors).last_hidden_state
         out = ours(**inputs, head_mask=mask, output_attentions=True)
-        testing.assert_close(out.logits, to_numpy(expected.logits), err_msg=f"{name} logits")
-        testing.assert_close(out.last_hidden_state, to_numpy(hidden), err_msg=f"{name} hidden")
-        attentions = np.stack([to_numpy(a) for a in expected.attentions])
-        testing.assert_close(out.attentions, attentions, err_msg=f"{name} attentions")
+        assert_outputs_close(out, expected, hidden, name)
 
 
 def test_export_loads_in_transformers_with_equal_logits(pair, tmp_path):
@@ -169,16 +171,8 @@ def test_his_equals_a_pytorch_per_example_reference(pair):
     inputs = batch(name)
     labels = np.array([0, 3, 1])
     his, _ = hj.heads.his_and_entropy(ours, [dict(inputs, labels=labels)])
-    mask = torch.ones((L, N), requires_grad=True)
-    grads = []
-    for i in range(len(labels)):
-        example = {k: torch.tensor(v[i : i + 1]) for k, v in inputs.items()}
-        with masked_heads(FAMILIES[name].projections(reference), mask):
-            logits = reference(**example).logits
-        loss = torch.nn.functional.cross_entropy(logits, torch.tensor(labels[i : i + 1]))
-        (grad,) = torch.autograd.grad(loss, mask)
-        grads.append(np.abs(to_numpy(grad)))
-    expected = np.mean(grads, axis=0)
+    projections = FAMILIES[name].projections(reference)
+    expected = head_importance(reference, projections, inputs, labels, (L, N))
     np.testing.assert_allclose(his, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
 
 

@@ -5,6 +5,7 @@ members, and HIS against a PyTorch per-example reference."""
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
@@ -14,7 +15,12 @@ from hydra_jax import testing
 torch = pytest.importorskip("torch", reason="torch is not installed: PyTorch parity skipped")
 transformers = pytest.importorskip("transformers")
 
-from hf_reference import masked_heads, to_numpy  # noqa: E402
+from hf_reference import (  # noqa: E402
+    assert_outputs_close,
+    head_importance,
+    masked_heads,
+    to_numpy,
+)
 
 pytestmark = pytest.mark.torch
 
@@ -76,11 +82,7 @@ def test_logits_and_hidden_states_equal_transformers_under_head_masks(pair):
             expected = reference(**tensors, output_attentions=True)
             hidden = backbone(reference)(**tensors).last_hidden_state
         out = ours(**inputs, head_mask=mask, output_attentions=True)
-        what = f"{name} at {size}"
-        testing.assert_close(out.logits, to_numpy(expected.logits), err_msg=f"{what} logits")
-        testing.assert_close(out.last_hidden_state, to_numpy(hidden), err_msg=f"{what} hidden")
-        attentions = np.stack([to_numpy(a) for a in expected.attentions])
-        testing.assert_close(out.attentions, attentions, err_msg=f"{what} attentions")
+        assert_outputs_close(out, expected, hidden, f"{name} at {size}")
 
 
 def test_export_loads_in_transformers_with_equal_logits(pair, tmp_path):
@@ -110,20 +112,12 @@ def test_his_equals_a_pytorch_per_example_reference(pair):
     _name, reference, ours = pair
     images, labels = pixels(), np.array([0, 3, 1])
     his, _ = hj.heads.his_and_entropy(ours, [{"pixel_values": images, "labels": labels}])
-    mask = torch.ones((L, N), requires_grad=True)
-    grads = []
-    for i in range(len(labels)):
-        with masked_heads(projections(reference), mask):
-            logits = reference(pixel_values=torch.tensor(images[i : i + 1])).logits
-        loss = torch.nn.functional.cross_entropy(logits, torch.tensor(labels[i : i + 1]))
-        grads.append(np.abs(to_numpy(torch.autograd.grad(loss, mask)[0])))
-    expected = np.mean(grads, axis=0)
+    inputs = {"pixel_values": images}
+    expected = head_importance(reference, projections(reference), inputs, labels, (L, N))
     np.testing.assert_allclose(his, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
 
 
 def test_a_new_classifier_replaces_every_head(pair):
-    import jax
-
     name, _, ours = pair
     fresh = hj.with_classifier(ours, 5, jax.random.key(0))
     assert fresh(pixel_values=pixels()).logits.shape == (3, 5)

@@ -1,11 +1,14 @@
-"""Our jit-compiled MiniLM-L6 forward vs the `transformers` PyTorch forward of the same checkpoint.
+"""Our jit-compiled forward vs the `transformers` PyTorch forward of the same checkpoint: the real
+MiniLM-L6 (batch 32 x 64 tokens), or with `--family dinov2` a random DINOv2-S-shaped model
+(384 wide, 12 layers of 6 heads, patch 14, positions for 518 px) on 224 px images (batch 8),
+its positions resized as a real DINOv2 checkpoint's are.
 
-CPU, fp32, batch 32 x 64 tokens. Each side runs in its own process, the sides taking turns
+CPU, fp32. Each side runs in its own process, the sides taking turns
 (bench/processes.py: PyTorch's spinning OpenMP threads would slow an XLA program in the same
 process); prints medians, the ratio (target: ours <= 1.0x PyTorch), XLA's FLOP count, the
 achieved GFLOP/s and the largest difference between the two outputs.
 
-    .venv/bin/python -m bench.forward [--rounds 4] [--repeats 10]
+    .venv/bin/python -m bench.forward [--family minilm|dinov2] [--rounds 4] [--repeats 10]
 """
 
 from __future__ import annotations
@@ -25,13 +28,30 @@ from hydra_jax.evaluation import xla_flops
 
 
 def batch_of(args: argparse.Namespace) -> dict[str, np.ndarray]:
-    ids = np.random.default_rng(0).integers(1000, 30000, (args.batch, args.tokens))
+    rng = np.random.default_rng(0)
+    if args.family == "dinov2":
+        images = rng.normal(size=(args.batch, 3, args.image_size, args.image_size))
+        return {"pixel_values": images.astype(np.float32)}
+    ids = rng.integers(1000, 30000, (args.batch, args.tokens))
     return {"input_ids": ids.astype(np.int32), "attention_mask": np.ones_like(ids, np.int32)}
+
+
+def dinov2_small(path: Path) -> None:
+    """A random DINOv2-S (the shape of facebook/dinov2-small) saved to `path`."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.Dinov2Config(hidden_size=384, num_hidden_layers=12,
+                                       num_attention_heads=6, mlp_ratio=4, patch_size=14,
+                                       image_size=518)  # fmt: skip
+    transformers.Dinov2Model(config).save_pretrained(path)
 
 
 def worker(side: str, args: argparse.Namespace) -> dict[str, Any]:
     """One side's forward times; its output is saved to `args.out/SIDE.npy` for the check."""
-    path, batch = hj.minilm_l6_path(), batch_of(args)
+    path = Path(args.checkpoint) if args.checkpoint else hj.minilm_l6_path()
+    batch = batch_of(args)
     if side == "ours":
         model = hj.from_pretrained(path)
         forward = jax.jit(lambda p, b: model.apply(p, **b).last_hidden_state)
@@ -43,8 +63,8 @@ def worker(side: str, args: argparse.Namespace) -> dict[str, Any]:
     import torch
     import transformers
 
-    ref = transformers.BertModel.from_pretrained(path).eval()
-    inputs = {k: torch.tensor(v, dtype=torch.long) for k, v in batch.items()}
+    ref = transformers.AutoModel.from_pretrained(path).eval()  # its default attention kernel
+    inputs = {k: torch.tensor(v) for k, v in batch.items()}
 
     def run() -> Any:
         with torch.inference_mode():
@@ -59,20 +79,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--worker", default=None)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--family", choices=("minilm", "dinov2"), default="minilm")
+    parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--checkpoint", default="")
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
+    args.batch = args.batch or (8 if args.family == "dinov2" else 32)
     if args.worker:
         print_worker(worker(args.worker, args))
         return
     with tempfile.TemporaryDirectory() as out:
         forwarded = [*(argv if argv is not None else sys.argv[1:]), "--out", out]
+        if args.family == "dinov2":
+            dinov2_small(Path(out) / "dinov2")
+            forwarded += ["--checkpoint", str(Path(out) / "dinov2")]
         results = alternating("bench.forward", ["ours", "torch"], forwarded, args.rounds)
         diff = np.abs(np.load(Path(out) / "ours.npy") - np.load(Path(out) / "torch.npy")).max()
     ours, theirs = median_of(results["ours"]), median_of(results["torch"])
     flops = results["ours"][0]["flops"]
-    print(f"MiniLM-L6 forward, batch {args.batch} x {args.tokens} tokens, CPU fp32; "
+    if args.family == "dinov2":
+        shape = f"DINOv2-S forward, batch {args.batch} x {args.image_size} px"
+    else:
+        shape = f"MiniLM-L6 forward, batch {args.batch} x {args.tokens} tokens"
+    print(f"{shape}, CPU fp32; "
           f"{args.rounds} rounds of separate processes taken in turns, {args.repeats} calls each; "
           f"torch threads {results['torch'][0]['threads']}")  # fmt: skip
     print(f"max |ours - torch| on last_hidden_state: {diff:.2e}")

@@ -12,7 +12,9 @@ import json
 import logging
 import math
 import numbers
+import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -128,7 +130,11 @@ class TrainingLog:
         if primary:
             _truncate_log(workdir / "metrics.jsonl", start)
             self.file = (workdir / "metrics.jsonl").open("a")
-            self.board = SummaryWriter(str(workdir / "tensorboard"), purge_step=start + 1)
+            # Event files are named by the second they open in: a run resumed within the same
+            # second would overwrite the first run's file without a suffix of its own.
+            suffix = f".{time.time_ns()}.{os.getpid()}"
+            self.board = SummaryWriter(str(workdir / "tensorboard"), purge_step=start + 1,
+                                       filename_suffix=suffix)  # fmt: skip
 
     def write(self, record: dict[str, float]) -> None:
         if not self.primary:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import struct
+from unittest import mock
 
 import jax
 import numpy as np
@@ -15,6 +16,7 @@ import hydra_jax as hj
 from hydra_jax.data import TokenizedSet
 from hydra_jax.models import BertConfig, EncoderConfig, with_classifier
 from hydra_jax.training import (
+    TrainingLog,
     TrainSettings,
     fit,
     make_optimizer,
@@ -65,6 +67,20 @@ def assert_same_params(a, b):
 
 def steps_logged(workdir) -> list[int]:
     return [json.loads(line)["step"] for line in (workdir / "metrics.jsonl").open()]
+
+
+def test_a_run_resumed_within_the_same_second_keeps_the_first_runs_events(tmp_path):
+    """TensorBoard names event files by the second: a second writer must not overwrite the
+    first's file (the resumed run below opens its log in the very same second)."""
+    with mock.patch("time.time", return_value=1_700_000_000.0):
+        first = TrainingLog(tmp_path, 0, primary=True)
+        first.write({"step": 2, "loss": 1.0})
+        first.close()
+        resumed = TrainingLog(tmp_path, 2, primary=True)
+        resumed.write({"step": 4, "loss": 0.5})
+        resumed.close()
+    assert len(list((tmp_path / "tensorboard").iterdir())) == 2
+    assert tensorboard_scalars(tmp_path / "tensorboard")["train/loss"] == {2: 1.0, 4: 0.5}
 
 
 def test_killed_run_resumes_to_the_uninterrupted_result(task, straight, tmp_path):

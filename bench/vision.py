@@ -43,8 +43,8 @@ def main() -> None:
         if not (path / "config.json").is_file():
             config = vit_fmnist.get_config()
             path = Path(scratch)
-            artefacts.publish(config, hj.Model.init(artefacts.scratch_config(config),
-                                                 jax.random.key(0)), path)  # fmt: skip
+            model = hj.Model.init(artefacts.scratch_config(config), jax.random.key(0))
+            artefacts.publish(model, path, our_pixels=True)
             print(f"no checkpoint at {args.checkpoint}: a random ViT of configs/vit_fmnist.py")
         single = hj.from_pretrained(path)
         reference = transformers.ViTForImageClassification.from_pretrained(path).eval()

@@ -106,7 +106,7 @@ def test_published_vit_loads_in_transformers_with_our_logits(tmp_path):
 
     config = vit_fmnist.get_config("smoke")
     model = hj.Model.init(artefacts.scratch_config(config), jax.random.key(3))
-    artefacts.publish(config, model, tmp_path)
+    artefacts.publish(model, tmp_path, our_pixels=True)
     reference = transformers.ViTForImageClassification.from_pretrained(tmp_path).eval()
     processor = transformers.AutoImageProcessor.from_pretrained(tmp_path)
     images = class_images(np.random.default_rng(4), np.arange(6))

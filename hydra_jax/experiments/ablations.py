@@ -84,7 +84,8 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict
     results.json, report.md and plots/."""
     workdir = Workdir.of(workdir)
     workdir.check(config)
-    record = workdir.read_json(workdir.require(workdir / "head_sets.json", "head sets").name)
+    workdir.require(workdir / "head_sets.json", "head sets")
+    record = workdir.read_json("head_sets.json")
     with workdir.stage("load"):
         _, study, _ = baselines.trained(Workdir(config.base_workdir), indices=[0])
     d = config.data

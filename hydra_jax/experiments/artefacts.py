@@ -6,6 +6,7 @@ pruned members as methods.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import jax
@@ -15,7 +16,7 @@ from hydra_jax import data
 from hydra_jax.convert import from_pretrained, save_pretrained
 from hydra_jax.convert.native import load_model
 from hydra_jax.evaluation import Method, logits_forward
-from hydra_jax.experiments.study_data import checkpoint_dir, is_images, num_classes
+from hydra_jax.experiments.study_data import checkpoint_dir, num_classes
 from hydra_jax.models import EncoderConfig, Model, ViTConfig, with_dtype
 from hydra_jax.models.sharding import barrier, is_primary, to_host
 
@@ -55,32 +56,45 @@ def scratch_config(config: ml_collections.ConfigDict) -> ViTConfig:
     )
 
 
-def publish(config: ml_collections.ConfigDict, model: Model, path: Path) -> None:
-    """Writes `model` as an HF directory; for images with the `preprocessor_config.json` of
-    `ViTImageProcessor` that reproduces our pixels (`data.to_pixels`). Every process takes part
-    (the weights are gathered from all of them); process 0 writes."""
+# What a checkpoint carries besides its weights: its tokenizer or image processor.
+PREPROCESSING_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                       "vocab.txt", "merges.txt", "vocab.json", "spm.model",
+                       "preprocessor_config.json")  # fmt: skip
+
+
+def publish(
+    model: Model, path: Path, *, files_from: Path | None = None, our_pixels: bool = False
+) -> None:
+    """Writes `model` as an HF directory, with the preprocessing files of the checkpoint
+    directory `files_from` beside it, and (`our_pixels`, for the studies' embedded images) the
+    `preprocessor_config.json` of `ViTImageProcessor` that reproduces our pixels
+    (`data.to_pixels`). Every process takes part (the weights are gathered from all of them);
+    process 0 writes."""
     model = Model(model.config, jax.tree.map(to_host, model.params))
     if is_primary():
-        _write_hf(config, model, path)
+        save_pretrained(model, path)
+        for name in PREPROCESSING_FILES if files_from else ():
+            if (Path(files_from) / name).is_file():
+                shutil.copy(Path(files_from) / name, Path(path) / name)
+        if our_pixels:
+            _write_pixel_processor(Path(path))
     barrier(f"published {path}")
 
 
-def _write_hf(config: ml_collections.ConfigDict, model: Model, path: Path) -> None:
-    save_pretrained(model, path)
-    if is_images(config):
-        processor = {
-            "image_processor_type": "ViTImageProcessor",
-            "do_resize": True,
-            "size": {"height": data.IMAGE_SIZE, "width": data.IMAGE_SIZE},
-            "resample": 2,  # bilinear
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
-            "do_normalize": True,
-            "image_mean": [data.images.PIXEL_MEAN],
-            "image_std": [data.images.PIXEL_STD],
-            "do_convert_rgb": False,
-        }
-        (Path(path) / "preprocessor_config.json").write_text(json.dumps(processor, indent=2))
+def _write_pixel_processor(path: Path) -> None:
+    processor = {
+        "image_processor_type": "ViTImageProcessor",
+        "do_resize": True,
+        "size": {"height": data.IMAGE_SIZE, "width": data.IMAGE_SIZE},
+        "resample": 2,  # bilinear
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": [data.images.PIXEL_MEAN],
+        "image_std": [data.images.PIXEL_STD],
+        "do_convert_rgb": False,
+    }
+    (path / "preprocessor_config.json").write_text(json.dumps(processor, indent=2))
 
 
 def saved_method(name: str, path: Path, dtype: str) -> Method:

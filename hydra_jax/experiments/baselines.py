@@ -24,10 +24,10 @@ from hydra_jax.convert import from_pretrained
 from hydra_jax.experiments import artefacts, methods, study_data
 from hydra_jax.experiments.artefacts import hf_dir
 from hydra_jax.experiments.evaluators import evaluate_methods
-from hydra_jax.experiments.members import training_seed
+from hydra_jax.experiments.members import fit_classifiers, training_seed
 from hydra_jax.experiments.workdir import Workdir, WorkdirError
 from hydra_jax.models import Model, with_classifier
-from hydra_jax.training import TrainSettings, fit, make_optimizer, make_train_step, schedule_length
+from hydra_jax.training import TrainSettings
 
 
 def members(config: ml_collections.ConfigDict) -> list[int]:
@@ -49,21 +49,13 @@ def fit_members(config: ml_collections.ConfigDict, workdir: Workdir) -> list[Mod
     HF directory; a member trained by an earlier run keeps that run's time."""
     base = None if "model" in config else artefacts.base_model(config)
     study = study_data.load_data(config, base)
-    models, step_fn = [], None
-    for member in members(config):
-        seed = training_seed(config, member)
-        settings = TrainSettings(**config.train.to_dict(), seed=seed)
-        model = initial_model(config, seed, base)
-        if step_fn is None:
-            total = schedule_length(len(study.train), settings)[1]
-            step_fn = make_train_step(model, make_optimizer(settings, total))
-        published = (hf_dir(workdir.path, member) / "config.json").is_file()  # finished before
-        with workdir.stage(f"train member {member} (seed {seed})", record=not published):
-            directory = workdir / "members" / f"member_{member}"
-            model = fit(model, study.train, settings, directory, step_fn=step_fn)
-            artefacts.publish(config, model, hf_dir(workdir.path, member))
-        models.append(model)
-    return models
+    seeds = [training_seed(config, member) for member in members(config)]
+    our_pixels = study_data.is_images(config)
+    return fit_classifiers(
+        workdir, study.train, TrainSettings(**config.train.to_dict()), seeds,
+        initial=lambda seed: initial_model(config, seed, base),
+        publish=lambda model, path: artefacts.publish(model, path, our_pixels=our_pixels),
+    )  # fmt: skip
 
 
 def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> list[Model]:

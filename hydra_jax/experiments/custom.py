@@ -17,7 +17,6 @@ before anything trains.
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,23 +25,16 @@ import ml_collections
 import numpy as np
 
 from hydra_jax import ensembles
-from hydra_jax.convert import from_pretrained, save_pretrained
+from hydra_jax.convert import from_pretrained
 from hydra_jax.convert.native import save_model
 from hydra_jax.data import Dataset, TextEncoder, concat_all, files
 from hydra_jax.data.files import ClassNames, Columns, DataError
-from hydra_jax.experiments import members, methods, study_data
-from hydra_jax.experiments.artefacts import hf_dir
+from hydra_jax.experiments import artefacts, members, methods, study_data
 from hydra_jax.experiments.evaluators import evaluate_methods
-from hydra_jax.experiments.members import training_seed
 from hydra_jax.experiments.workdir import Workdir
 from hydra_jax.models import Model, with_classifier
-from hydra_jax.models.sharding import barrier, is_primary, to_host
-from hydra_jax.training import TrainSettings, fit, make_optimizer, make_train_step, schedule_length
-
-# What a published member carries besides its weights: the checkpoint's preprocessing.
-PREPROCESSING_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                       "vocab.txt", "merges.txt", "vocab.json", "spm.model",
-                       "preprocessor_config.json")  # fmt: skip
+from hydra_jax.models.sharding import barrier
+from hydra_jax.training import TrainSettings
 
 
 def method_names(config: ml_collections.ConfigDict) -> list[str]:
@@ -159,17 +151,6 @@ def saved_path(workdir: Path, method: str) -> Path:
     return Path(workdir) / ("fused" if kind == "hydra" else "pruned") / strategy
 
 
-def publish(config: ml_collections.ConfigDict, model: Model, path: Path) -> None:
-    """`model` as an HF directory with the checkpoint's preprocessing files beside it."""
-    model = Model(model.config, jax.tree.map(to_host, model.params))
-    if is_primary():
-        save_pretrained(model, path)
-        for name in PREPROCESSING_FILES:
-            if (Path(config.model) / name).is_file():
-                shutil.copy(Path(config.model) / name, Path(path) / name)
-    barrier(f"published {path}")
-
-
 def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
     """Fine-tunes the members, builds every Hydra the methods need (resuming where it stopped)."""
     workdir = Workdir.of(workdir)
@@ -180,21 +161,18 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
         user = load(config)
     workdir.claim(config)
     train_set = user.study.train
-    step_fn = None
-    for m in range(config.ensemble_size if "deep_ensemble" in names else 1):
-        seed = training_seed(config, m)
-        with workdir.stage(f"train member {m} (seed {seed})"):
-            model = initial_model(config, user.classes, seed)
-            if m == 0 and user.encoder is not None:
-                study_data.check_vocabulary(user.encoder, model, Path(config.model))
-            if step_fn is None:
-                total = schedule_length(len(train_set), settings)[1]
-                step_fn = make_train_step(model, make_optimizer(settings, total))
-            model = fit(model, train_set, dataclasses.replace(settings, seed=seed),
-                        workdir / "members" / f"member_{m}", step_fn=step_fn)  # fmt: skip
-            publish(config, model, hf_dir(workdir.path, m))
-        if m == 0:
-            single = model
+
+    def initial(seed: int) -> Model:
+        model = initial_model(config, user.classes, seed)
+        if user.encoder is not None:
+            study_data.check_vocabulary(user.encoder, model, Path(config.model))
+        return model
+
+    count = config.ensemble_size if "deep_ensemble" in names else 1
+    single = members.fit_classifiers(
+        workdir, train_set, settings, members.member_seeds(config, count), initial,
+        lambda model, path: artefacts.publish(model, path, files_from=Path(config.model)),
+    )[0]  # fmt: skip
     record: dict[str, Any] = {}
     steps: dict[Any, Any] = {}
     seeds = members.member_seeds(config, config.num_members)
@@ -212,7 +190,7 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
             save_model(hydra_members[0], saved_path(workdir.path, f"pruned_{strategy}"))
     workdir.write_json("classes.json", list(user.classes.names))
     workdir.write_json("head_sets.json", record)
-    workdir.write_json("train_timings.json", workdir.stages, sort_keys=False)
+    workdir.save_stages()  # a member an earlier run trained keeps that run's time
     barrier("wrote the training record")
     return record
 

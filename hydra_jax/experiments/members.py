@@ -17,6 +17,8 @@ import numpy as np
 
 from hydra_jax import ensembles
 from hydra_jax.data import Dataset, labelled_batches, subset, uncertainty_batches
+from hydra_jax.experiments.artefacts import hf_dir
+from hydra_jax.experiments.workdir import Workdir
 from hydra_jax.heads import UncertaintyBatches
 from hydra_jax.models import Model
 from hydra_jax.training import TrainSettings, fit, make_optimizer, make_train_step, schedule_length
@@ -71,6 +73,34 @@ def head_sets(
         alphas=config.get("hies_alphas", ()), objectives=config.get("circuit", {}).get(
             "objectives", ()),
     )  # fmt: skip
+
+
+def fit_classifiers(
+    workdir: Workdir,
+    train: Dataset,
+    settings: TrainSettings,
+    seeds: Sequence[int],
+    initial: Callable[[int], Model],
+    publish: Callable[[Model, Path], None],
+) -> list[Model]:
+    """Member m: `initial(seeds[m])` fine-tuned on `train` under `settings` with that seed
+    (resuming in `members/member_m`), then `publish(model, hf/member_m)`. One compiled step
+    serves every member; a member an earlier run published keeps that run's time."""
+    models, step_fn = [], None
+    for m, seed in enumerate(seeds):
+        model = initial(seed)
+        if step_fn is None:
+            total = schedule_length(len(train), settings)[1]
+            step_fn = make_train_step(model, make_optimizer(settings, total))
+        path = hf_dir(workdir.path, m)
+        published = (path / "config.json").is_file()  # finished before
+        with workdir.stage(f"train member {m} (seed {seed})", record=not published):
+            member_settings = dataclasses.replace(settings, seed=seed)
+            directory = workdir / "members" / f"member_{m}"
+            model = fit(model, train, member_settings, directory, step_fn=step_fn)
+            publish(model, path)
+        models.append(model)
+    return models
 
 
 def shared_step(steps: dict[Any, Any], model: Model, train_size: int, settings: TrainSettings):

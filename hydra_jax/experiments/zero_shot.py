@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -38,7 +37,6 @@ from hydra_jax.experiments.evaluators import evaluate_methods
 from hydra_jax.experiments.members import training_seed
 from hydra_jax.experiments.workdir import Workdir
 from hydra_jax.models import DualEncoderConfig, Model, prompts, with_dtype, zero_shot
-from hydra_jax.models.sharding import is_primary
 from hydra_jax.training import TrainSettings, fit, locked_text_contrastive_loss
 
 # Fashion-MNIST's classes as captions name them (label order of the dataset).
@@ -47,8 +45,6 @@ CLASS_NAMES = (
     "sandal", "shirt", "sneaker", "bag", "ankle boot",
 )  # fmt: skip
 STRATEGIES = ("taylor", "circuit")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
-                   "special_tokens_map.json")  # fmt: skip
 
 
 def hf_dir(workdir: Path) -> Path:
@@ -105,11 +101,9 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
             trained = fit(model, train_set, settings, workdir / "training",
                           loss=locked_text_contrastive_loss(model, features),
                           trainable=lambda path: path[0] != "text_model")  # fmt: skip
-            artefacts.publish(config, trained, hf_dir(workdir.path))
-            for name in TOKENIZER_FILES:  # the text tower's own tokenizer travels with it
-                source = study_data.checkpoint_dir(config) / name
-                if source.is_file() and is_primary():
-                    shutil.copy(source, hf_dir(workdir.path) / name)
+            # The text tower's own tokenizer travels with it, and our images' processor.
+            artefacts.publish(trained, hf_dir(workdir.path), our_pixels=True,
+                              files_from=study_data.checkpoint_dir(config))  # fmt: skip
     single = classifier(config, workdir.path)
     id_val, ood_val = study_data.validation_sets(config)
     id_val = only_seen(config, id_val)

@@ -1,14 +1,16 @@
 """Our jit-compiled forward vs the `transformers` PyTorch forward of the same checkpoint: the real
-MiniLM-L6 (batch 32 x 64 tokens), or with `--family dinov2` a random DINOv2-S-shaped model
-(384 wide, 12 layers of 6 heads, patch 14, positions for 518 px) on 224 px images (batch 8),
-its positions resized as a real DINOv2 checkpoint's are.
+MiniLM-L6 (batch 32 x 64 tokens); with `--family deberta` a random DeBERTa-v3-small-shaped model
+(768 wide, 6 layers of 12 heads, 256 position buckets, a 128,100-token vocabulary; batch 32 x 64
+tokens); or with `--family dinov2` a random DINOv2-S-shaped model (384 wide, 12 layers of 6
+heads, patch 14, positions for 518 px) on 224 px images (batch 8), its positions resized as a
+real DINOv2 checkpoint's are.
 
 CPU, fp32. Each side runs in its own process, the sides taking turns
 (bench/processes.py: PyTorch's spinning OpenMP threads would slow an XLA program in the same
 process); prints medians, the ratio (target: ours <= 1.0x PyTorch), XLA's FLOP count, the
 achieved GFLOP/s and the largest difference between the two outputs.
 
-    .venv/bin/python -m bench.forward [--family minilm|dinov2] [--rounds 4] [--repeats 10]
+    .venv/bin/python -m bench.forward [--family minilm|deberta|dinov2] [--rounds 4] [--repeats 10]
 """
 
 from __future__ import annotations
@@ -48,6 +50,25 @@ def dinov2_small(path: Path) -> None:
     transformers.Dinov2Model(config).save_pretrained(path)
 
 
+def deberta_v3_small(path: Path) -> None:
+    """A random DeBERTa-v3-small (the shape of microsoft/deberta-v3-small) saved to `path`."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.DebertaV2Config(
+        vocab_size=128100, hidden_size=768, num_hidden_layers=6, num_attention_heads=12,
+        intermediate_size=3072, max_position_embeddings=512, relative_attention=True,
+        position_buckets=256, norm_rel_ebd="layer_norm", share_att_key=True,
+        pos_att_type="p2c|c2p", layer_norm_eps=1e-7, max_relative_positions=-1,
+        position_biased_input=False, type_vocab_size=0,
+    )  # fmt: skip
+    transformers.DebertaV2Model(config).save_pretrained(path)
+
+
+RANDOM_MODELS = {"deberta": deberta_v3_small, "dinov2": dinov2_small}
+
+
 def worker(side: str, args: argparse.Namespace) -> dict[str, Any]:
     """One side's forward times; its output is saved to `args.out/SIDE.npy` for the check."""
     path = Path(args.checkpoint) if args.checkpoint else hj.minilm_l6_path()
@@ -79,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--worker", default=None)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--family", choices=("minilm", "dinov2"), default="minilm")
+    parser.add_argument("--family", choices=("minilm", "deberta", "dinov2"), default="minilm")
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--image-size", type=int, default=224)
@@ -92,9 +113,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     with tempfile.TemporaryDirectory() as out:
         forwarded = [*(argv if argv is not None else sys.argv[1:]), "--out", out]
-        if args.family == "dinov2":
-            dinov2_small(Path(out) / "dinov2")
-            forwarded += ["--checkpoint", str(Path(out) / "dinov2")]
+        if args.family in RANDOM_MODELS:
+            RANDOM_MODELS[args.family](Path(out) / args.family)
+            forwarded += ["--checkpoint", str(Path(out) / args.family)]
         results = alternating("bench.forward", ["ours", "torch"], forwarded, args.rounds)
         diff = np.abs(np.load(Path(out) / "ours.npy") - np.load(Path(out) / "torch.npy")).max()
     ours, theirs = median_of(results["ours"]), median_of(results["torch"])
@@ -102,7 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.family == "dinov2":
         shape = f"DINOv2-S forward, batch {args.batch} x {args.image_size} px"
     else:
-        shape = f"MiniLM-L6 forward, batch {args.batch} x {args.tokens} tokens"
+        name = "DeBERTa-v3-small" if args.family == "deberta" else "MiniLM-L6"
+        shape = f"{name} forward, batch {args.batch} x {args.tokens} tokens"
     print(f"{shape}, CPU fp32; "
           f"{args.rounds} rounds of separate processes taken in turns, {args.repeats} calls each; "
           f"torch threads {results['torch'][0]['threads']}")  # fmt: skip

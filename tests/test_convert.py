@@ -66,8 +66,8 @@ def test_vit_roundtrip_is_exact(tmp_path):
 
 
 def test_unknown_model_type(bert_dir, tmp_path):
-    path = copy_with(bert_dir[1], tmp_path, config=lambda c: {**c, "model_type": "deberta-v2"})
-    with pytest.raises(hj.ConversionError, match="unknown model_type 'deberta-v2'"):
+    path = copy_with(bert_dir[1], tmp_path, config=lambda c: {**c, "model_type": "mpnet"})
+    with pytest.raises(hj.ConversionError, match="unknown model_type 'mpnet'"):
         hj.from_pretrained(path)
 
 

@@ -91,6 +91,11 @@ def test_encoder_refuses_a_cap_below_its_special_tokens(max_tokens):
         TextEncoder(hj.minilm_l6_path(), max_tokens=max_tokens)
 
 
+def test_encoder_names_a_missing_fast_tokenizer(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"no tokenizer.json .*save_pretrained\(DIR\)"):
+        TextEncoder(tmp_path)
+
+
 def test_pad_batch_pads_per_batch_to_multiple_of_16():
     tokens = [np.arange(1, 6), np.arange(1, 19)]
     batch = pad_batch(tokens, pad_id=0, batch_size=4)

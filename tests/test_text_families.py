@@ -1,7 +1,7 @@
-"""RoBERTa (and XLM-RoBERTa, CamemBERT), DistilBERT and ELECTRA against `transformers`, on tiny
-random models: logits and hidden states under head masks, export that `transformers` loads,
-compact == masked, fused == members, circuit search == its definition, bf16, and HIS against a
-PyTorch per-example reference."""
+"""RoBERTa (and XLM-RoBERTa, CamemBERT), DistilBERT, ELECTRA and DeBERTa-v2/v3 against
+`transformers`, on tiny random models: logits and hidden states under head masks, export that
+`transformers` loads, compact == masked, fused == members, circuit search == its definition,
+bf16, and HIS against a PyTorch per-example reference."""
 
 from __future__ import annotations
 
@@ -69,7 +69,23 @@ FAMILIES = {
         dict(BERT_LIKE, embedding_size=11, max_position_embeddings=POSITIONS, type_vocab_size=2),
         "electra", "encoder.layer:attention.output.dense",
     ),
+    # DeBERTa-v3's settings: shared keys, normalised distance embeddings, no absolute positions,
+    # no token types; 4 log buckets, fewer than a batch's T = 7 tokens.
+    "deberta-v3": Family(
+        transformers.DebertaV2Config, transformers.DebertaV2ForSequenceClassification,
+        dict(BERT_LIKE, max_position_embeddings=POSITIONS, relative_attention=True,
+             position_buckets=4, max_relative_positions=POSITIONS, pos_att_type="p2c|c2p",
+             norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False,
+             type_vocab_size=0),
+        "deberta", "encoder.layer:attention.output.dense",
+    ),
 }  # fmt: skip
+# DeBERTa-v2's other settings: separate position projections, exact distances clipped at 3 (a
+# span shorter than the batch), absolute positions, token types, a projected embedding table,
+# content-to-position terms only.
+DEBERTA_V2 = dict(FAMILIES["deberta-v3"].fields, share_att_key=False, position_buckets=-1,
+                  max_relative_positions=3, position_biased_input=True, type_vocab_size=2,
+                  embedding_size=11, norm_rel_ebd="none", pos_att_type="c2p")  # fmt: skip
 
 
 def batch(family: str) -> dict[str, np.ndarray]:
@@ -78,7 +94,10 @@ def batch(family: str) -> dict[str, np.ndarray]:
     ids = rng.integers(3, V, (3, T))
     mask = (np.arange(T)[None] < np.array([T, T - 2, 3])[:, None]).astype(np.int64)
     pad = PAD if "roberta" in family else 0
-    return dict(input_ids=np.where(mask == 1, ids, pad), attention_mask=mask)
+    inputs = dict(input_ids=np.where(mask == 1, ids, pad), attention_mask=mask)
+    if family == "deberta-v3":  # no token types: the second text's 1s are ignored, as in HF
+        inputs["token_type_ids"] = (np.arange(T)[None] >= 3).astype(np.int64) * mask
+    return inputs
 
 
 def head_masks() -> list[np.ndarray | None]:
@@ -209,6 +228,45 @@ def test_bf16_compute_and_our_own_format(pair, tmp_path):
     restored = hj.load_model(tmp_path / name)
     assert restored.config == ours.config
     np.testing.assert_array_equal(restored(**inputs).logits, ours(**inputs).logits)
+
+
+def test_deberta_v2_settings_equal_transformers_and_export(tmp_path):
+    torch.manual_seed(11)
+    reference = transformers.DebertaV2ForSequenceClassification(
+        transformers.DebertaV2Config(**DEBERTA_V2, num_labels=3)
+    ).eval()
+    reference.save_pretrained(tmp_path / "hf")
+    ours = hj.from_pretrained(tmp_path / "hf")
+    attention = ours.params["encoder"]["layer_0"]["attention"]
+    assert attention["pos_key"]["kernel"].shape == (N * K, N, K)  # its own position projection
+    inputs = dict(batch("deberta-v2"), token_type_ids=np.tile(np.arange(T) % 2, (3, 1)))
+    mask = head_masks()[1]
+    with masked_heads(FAMILIES["deberta-v3"].projections(reference), mask), torch.no_grad():
+        tensors = {k: torch.tensor(v) for k, v in inputs.items()}
+        expected = reference(**tensors, output_attentions=True)
+        hidden = reference.deberta(**tensors).last_hidden_state
+    assert_outputs_close(ours(**inputs, head_mask=mask, output_attentions=True), expected, hidden,
+                         "deberta-v2")  # fmt: skip
+    keep = np.array([[True, False, True], [False, True, True]])
+    testing.assert_close(hj.heads.compact(ours, keep)(**inputs).logits,
+                         ours(**inputs, head_mask=keep.astype(np.float32)).logits)  # fmt: skip
+    hj.save_pretrained(ours, tmp_path / "ours")
+    reloaded = transformers.DebertaV2ForSequenceClassification.from_pretrained(tmp_path / "ours")
+    with torch.no_grad():
+        logits = reloaded.eval()(**{k: torch.tensor(v) for k, v in inputs.items()}).logits
+    testing.assert_close(ours(**inputs).logits, to_numpy(logits))
+
+
+@pytest.mark.parametrize(("buckets", "max_distance"), [(256, 512), (4, POSITIONS), (6, 7)])
+def test_deberta_log_buckets_equal_transformers(buckets, max_distance):
+    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+
+    from hydra_jax.models.attention import log_buckets
+
+    distance = np.arange(-1100, 1101)[None]
+    expected = make_log_bucket_position(torch.tensor(distance), buckets, max_distance)
+    np.testing.assert_array_equal(log_buckets(distance, buckets, max_distance),
+                                  to_numpy(expected).astype(np.int64))  # fmt: skip
 
 
 def test_a_model_without_token_types_takes_only_zeros():

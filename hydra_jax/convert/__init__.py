@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hydra_jax.convert import bert, clip, dinov2, distilbert, dual_encoder, vit
+from hydra_jax.convert import bert, clip, deberta, dinov2, distilbert, dual_encoder, vit
 from hydra_jax.convert.common import ConversionError, load_config, read_state_dict
 from hydra_jax.convert.native import load_model, save_model
 from hydra_jax.convert.torch_pickle import UnsafePickleError
@@ -16,6 +16,7 @@ from hydra_jax.models import BertConfig, DualEncoderConfig, Model, ViTConfig
 _LOADERS: dict[str, Callable[[dict[str, Any], dict[str, Any]], Model]] = {
     **dict.fromkeys(bert.FAMILIES, bert.load),  # bert, roberta, xlm-roberta, camembert, electra
     distilbert.MODEL_TYPE: distilbert.load,
+    deberta.MODEL_TYPE: deberta.load,  # DeBERTa-v2 and v3
     dinov2.MODEL_TYPE: dinov2.load,
     **dict.fromkeys(vit.FAMILIES, vit.load),  # vit, deit
     "clip": clip.load,
@@ -60,12 +61,16 @@ def from_pretrained(path: str | Path) -> Model:
 
 
 def save_pretrained(model: Model, path: str | Path) -> None:
-    """Writes a BERT-family (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, DistilBERT), ViT,
+    """Writes a BERT-family (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, DistilBERT,
+    DeBERTa-v2/v3), ViT,
     DeiT, DINOv2 or ViT-BERT dual encoder model as an HF directory (`config.json` +
     `model.safetensors`) under its own `model_type`."""
     config = model.config
     if isinstance(config, BertConfig) and config.model_type == distilbert.MODEL_TYPE:
         distilbert.export(model, Path(path))
+        return
+    if isinstance(config, BertConfig) and config.model_type == deberta.MODEL_TYPE:
+        deberta.export(model, Path(path))
         return
     if isinstance(config, ViTConfig) and config.model_type == dinov2.MODEL_TYPE:
         dinov2.export(model, Path(path))

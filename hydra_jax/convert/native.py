@@ -22,6 +22,7 @@ from hydra_jax.models import (
     EncoderConfig,
     HydraConfig,
     Model,
+    RelativeAttention,
     ViTConfig,
 )
 from hydra_jax.models.sharding import is_primary
@@ -29,7 +30,8 @@ from hydra_jax.models.sharding import is_primary
 _CONFIGS = {
     c.__name__: c
     for c in (EncoderConfig, BertConfig, ViTConfig, CLIPTextConfig, CLIPVisionConfig,
-              CLIPConfig, CLIPVisionTowerConfig, DualEncoderConfig, HydraConfig)
+              CLIPConfig, CLIPVisionTowerConfig, DualEncoderConfig, HydraConfig,
+              RelativeAttention)
 }  # fmt: skip
 CONFIG_FILE = "model_config.json"
 

@@ -43,7 +43,15 @@ class TextEncoder:
 
     def __init__(self, checkpoint: Path, max_tokens: int = 64):
         checks.count("max_tokens ([CLS], a token, [SEP])", max_tokens, minimum=MIN_TOKENS)
-        self.tokenizer = tokenizers.Tokenizer.from_file(str(Path(checkpoint) / "tokenizer.json"))
+        path = Path(checkpoint) / "tokenizer.json"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{checkpoint} has no tokenizer.json (a fast tokenizer); write one with "
+                "transformers.AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR) (a "
+                "SentencePiece-only checkpoint, such as DeBERTa-v3's spm.model, needs the "
+                "sentencepiece package for that conversion)"
+            )
+        self.tokenizer = tokenizers.Tokenizer.from_file(str(path))
         self.pad_id = pad_id(self.tokenizer, Path(checkpoint))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_tokens)

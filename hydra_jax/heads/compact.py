@@ -40,7 +40,8 @@ def _layer_keeps(keep: Keep, encoder: EncoderConfig) -> list[np.ndarray]:
 def compact_encoder(
     params: Mapping[str, Any], encoder: EncoderConfig, keep: Keep
 ) -> tuple[dict[str, Any], EncoderConfig]:
-    """Slices every layer's q/k/v columns `[D, N, K]` and output rows `[N, K, D]` to kept heads.
+    """Slices every layer's per-head projection columns `[D, N, K]` (query, key, value, and
+    DeBERTa's `pos_key`, `pos_query` where it has them) and output rows `[N, K, D]` to kept heads.
 
     Reads the weights on the host, gathered first where a mesh splits them over processes.
     """
@@ -50,7 +51,7 @@ def compact_encoder(
         index = np.nonzero(row)[0]
         layer = dict(layers[f"layer_{l}"])
         attention = dict(layer["attention"])
-        for name in ("query", "key", "value"):
+        for name in sorted(set(attention) - {"out"}):
             projection = {"kernel": to_host(attention[name]["kernel"])[:, index]}  # [D, n, K]
             if "bias" in attention[name]:
                 projection["bias"] = to_host(attention[name]["bias"])[index]  # [n, K]
@@ -117,7 +118,7 @@ def expand_to_full(model: Model) -> Model:
     layers = dict(model.params["encoder"])
     for l, n in enumerate(encoder.num_heads):
         attention = dict(layers[f"layer_{l}"]["attention"])
-        for name in ("query", "key", "value", "out"):
+        for name in attention:
             leaf = dict(attention[name])
             axis = 1 if name != "out" else 0
             kernel = np.asarray(leaf["kernel"])

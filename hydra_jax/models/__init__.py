@@ -24,6 +24,7 @@ from hydra_jax.models.config import (
     EncoderConfig,
     HydraConfig,
     MemberConfig,
+    RelativeAttention,
     ViTConfig,
 )
 from hydra_jax.models.inputs import check_inputs, encoder_of, input_names
@@ -44,6 +45,7 @@ __all__ = [
     "MemberConfig",
     "Model",
     "ModelOutput",
+    "RelativeAttention",
     "Stem",
     "ViTConfig",
     "check_inputs",

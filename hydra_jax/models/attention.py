@@ -5,6 +5,9 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from hydra_jax.models.config import RelativeAttention
 
 
 def wide_dtype(dtype: jnp.dtype) -> jnp.dtype:
@@ -13,7 +16,9 @@ def wide_dtype(dtype: jnp.dtype) -> jnp.dtype:
     return jnp.dtype(jnp.float64 if dtype == jnp.float64 else jnp.float32)
 
 
-def padding_bias(attention_mask: jax.Array, dtype: jnp.dtype, causal: bool = False) -> jax.Array:
+def padding_bias(
+    attention_mask: jax.Array, dtype: jnp.dtype, causal: bool = False, queries: bool = False
+) -> jax.Array:
     """Additive attention bias from a key padding mask.
 
     Masked logits get the dtype's most negative finite value, as `transformers` does, so a row
@@ -23,6 +28,8 @@ def padding_bias(attention_mask: jax.Array, dtype: jnp.dtype, causal: bool = Fal
       attention_mask: `[B, S]`, 1 for real tokens and 0 for padding.
       dtype: the compute dtype; the bias is in the softmax dtype (`wide_dtype`).
       causal: also forbid each query from attending to later keys (CLIP text).
+      queries: padding queries see no key either (DeBERTa): their logits are all the most
+        negative value, so their rows attend uniformly, as in `transformers`.
 
     Returns:
       `[B, 1, T, S]` bias (T == S), 0 where attention is allowed.
@@ -31,12 +38,36 @@ def padding_bias(attention_mask: jax.Array, dtype: jnp.dtype, causal: bool = Fal
     if causal:
         S = attention_mask.shape[-1]
         allowed = allowed & jnp.tril(jnp.ones((S, S), bool))[None, None]  # [B, 1, T, S]
+    elif queries:
+        allowed = allowed & attention_mask[:, None, :, None].astype(bool)  # [B, 1, T, S]
     else:
         allowed = jnp.broadcast_to(
             allowed, (*allowed.shape[:2], allowed.shape[-1], allowed.shape[-1])
         )
     dtype = wide_dtype(dtype)
     return jnp.where(allowed, jnp.zeros((), dtype), jnp.finfo(dtype).min)
+
+
+def log_buckets(distance: np.ndarray, buckets: int, max_distance: int) -> np.ndarray:
+    """DeBERTa's bucketed distances: exact within `buckets // 2` of 0, logarithmic beyond, up to
+    `max_distance`. float32 arithmetic, as `transformers` computes it (a bucket boundary is a
+    float32 `ceil`)."""
+    mid = buckets // 2
+    sign = np.sign(distance)
+    far = np.where((distance < mid) & (distance > -mid), mid - 1, np.abs(distance))
+    ratio = np.log(far.astype(np.float32) / np.float32(mid))
+    span = np.log(np.float32((max_distance - 1) / mid))
+    log_distance = np.ceil(ratio / span * np.float32(mid - 1)) + np.float32(mid)
+    return np.where(far <= mid, distance, log_distance * sign).astype(np.int64)
+
+
+def relative_distances(T: int, relative: RelativeAttention) -> np.ndarray:
+    """`[T, T]` int64: the (bucketed) distance `t - s` from query t to key s."""
+    positions = np.arange(T)
+    distance = positions[:, None] - positions[None, :]
+    if relative.buckets > 0:
+        distance = log_buckets(distance, relative.buckets, relative.max_distance)
+    return distance
 
 
 def _kernel_init(key: jax.Array, shape: tuple[int, ...], dtype: jnp.dtype) -> jax.Array:
@@ -57,6 +88,10 @@ class Attention(nn.Module):
       dropout: dropout rate on the attention probabilities.
       dtype: compute dtype of the projections (None: the parameters'). The softmax is float32
         (float64 for float64 inputs) whatever it is.
+      relative: DeBERTa's disentangled attention, or None. Logits then add content-to-position
+        and position-to-content terms read from the distance embeddings, all divided by
+        sqrt(K * `relative.scale_factor`).
+      position_dropout: dropout rate on the distance embeddings (DeBERTa's hidden dropout).
     """
 
     num_heads: int
@@ -65,6 +100,8 @@ class Attention(nn.Module):
     qkv_bias: bool = True
     dropout: float = 0.0
     dtype: jnp.dtype | None = None
+    relative: RelativeAttention | None = None
+    position_dropout: float = 0.0
 
     @nn.compact
     def __call__(
@@ -73,6 +110,7 @@ class Attention(nn.Module):
         bias: jax.Array | None,
         head_mask: jax.Array | None,
         deterministic: bool = True,
+        distances: jax.Array | None = None,
     ) -> tuple[jax.Array, jax.Array]:
         """Attends.
 
@@ -82,6 +120,7 @@ class Attention(nn.Module):
             visible: images).
           head_mask: `[N]` floats or None (all heads kept); applied in the compute dtype.
           deterministic: disables attention dropout.
+          distances: `[2A, D]` distance embeddings of the stack (with `relative` only).
 
         Returns:
           `([B, T, D] output, [B, N, T, S] attention probabilities in the softmax dtype)`.
@@ -102,10 +141,18 @@ class Attention(nn.Module):
         # context accumulates in the softmax dtype and returns to the compute dtype after the
         # division. `bench/attention.py`: one layer's forward takes 0.48-0.53x (ViT shapes) and
         # 0.88-0.91x (MiniLM) the time of normalising first, its gradient 0.91-0.99x.
-        q, k, v = (projection(name)(x).transpose(0, 2, 1, 3) for name in ("query", "key", "value"))
-        q = q / jnp.sqrt(K).astype(q.dtype)  # q: [B, N, T, K]; k, v: [B, N, S, K]
+        projections = {name: projection(name) for name in ("query", "key", "value")}
+        q, k, v = (p(x).transpose(0, 2, 1, 3) for p in projections.values())
+        divisor = K * (1 if self.relative is None else self.relative.scale_factor)
+        q = q / jnp.sqrt(divisor).astype(q.dtype)  # q: [B, N, T, K]; k, v: [B, N, S, K]
         wide_t = wide_dtype(q.dtype)  # scores accumulate and stay in float32 in bf16 compute
         logits = jnp.einsum("BNTK,BNSK->BNTS", q, k, preferred_element_type=wide_t)
+        if self.relative is not None:
+            if distances is None:
+                raise ValueError("relative attention needs the stack's distance embeddings")
+            logits = logits + self._disentangled(
+                q, k, distances, projections, projection, divisor, deterministic
+            )
         if bias is not None:
             logits = logits + bias
         peak = jax.lax.stop_gradient(logits.max(axis=-1, keepdims=True))
@@ -122,3 +169,51 @@ class Attention(nn.Module):
             self.width, axis=(-2, -1), kernel_init=_kernel_init, dtype=self.dtype, name="out"
         )(context)  # [B, T, D]
         return out, probs
+
+    def _disentangled(
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        distances: jax.Array,
+        projections: dict[str, nn.Module],
+        projection,
+        divisor: int,
+        deterministic: bool,
+    ) -> jax.Array:
+        """DeBERTa's position terms `[B, N, T, S]` of the logits, for scaled queries `q`
+        `[B, N, T, K]` and keys `k` `[B, N, S, K]` (T == S: self-attention).
+
+        c2p[t, s] = q_t . Kp[c2p(t, s)] and p2c[t, s] = k_s . Qp[p2c(s, t)], where Kp, Qp
+        `[2A, N, K]` are the distance embeddings projected by the layer's key and query
+        projections (or its own `pos_key`, `pos_query`), c2p(t, s) = clip(d(t, s) + A) and
+        p2c(s, t) = clip(A - d(s, t)) index them, d the bucketed distance, clip to [0, 2A).
+        """
+        r, T = self.relative, q.shape[2]
+        distance = relative_distances(T, r)  # [T, S]
+        c2p_index = np.clip(distance + r.span, 0, 2 * r.span - 1)  # [T, S]
+        p2c_index = np.clip(r.span - distance, 0, 2 * r.span - 1)  # [S, T]
+        # Only the rows these T tokens index are projected (at most 2T - 1 of the 2A): the same
+        # values, a fraction of the work when T < A (64 tokens of DeBERTa-v3's 256 buckets).
+        low = int(min(c2p_index.min(), p2c_index.min()))
+        high = int(max(c2p_index.max(), p2c_index.max()))
+        table = nn.Dropout(self.position_dropout, name="position_dropout")(
+            distances[low : high + 1], deterministic=deterministic
+        )  # [R, D]
+        if not r.share_keys:
+            projections = {
+                "key": projection("pos_key") if r.c2p else None,
+                "query": projection("pos_query") if r.p2c else None,
+            }
+        rows = np.arange(T)[:, None]
+        wide_t = wide_dtype(q.dtype)
+        terms = jnp.zeros((), wide_t)
+        if r.c2p:
+            keys = projections["key"](table)  # [R, N, K]
+            scores = jnp.einsum("BNTK,RNK->BNTR", q, keys, preferred_element_type=wide_t)
+            terms = terms + scores[:, :, rows, c2p_index - low]
+        if r.p2c:
+            queries = projections["query"](table)  # [R, N, K]
+            queries = queries / jnp.sqrt(divisor).astype(queries.dtype)
+            scores = jnp.einsum("BNSK,RNK->BNSR", k, queries, preferred_element_type=wide_t)
+            terms = terms + scores[:, :, rows, p2c_index - low].swapaxes(-1, -2)  # [B, N, T, S]
+        return terms

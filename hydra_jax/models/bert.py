@@ -1,6 +1,8 @@
-"""BERT-family encoders (post-LN: BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, DistilBERT),
-their poolers and sequence classifiers, in three stages. `BertConfig.variant` says how a family
-differs from BERT: where positions start and which classifier head it has."""
+"""BERT-family encoders (post-LN: BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, DistilBERT,
+DeBERTa-v2/v3), their poolers and sequence classifiers, in three stages. `BertConfig.variant`
+says how a family differs from BERT: where positions start, which classifier head it has, and
+whether its embedding stage is DeBERTa's (whose attention, `EncoderConfig.relative`, lives in
+the shared layer stack)."""
 
 from __future__ import annotations
 
@@ -31,12 +33,14 @@ class Bert(StagedEncoder):
         c, e, dtype = self.config, self.config.encoder, compute_dtype(self.config.encoder)
         E = c.embedding_size or e.width
         self.word_embeddings = nn.Embed(c.vocab_size, E, dtype=dtype)
-        self.position_embeddings = nn.Embed(c.max_positions, E, dtype=dtype)
+        if c.absolute_positions:
+            self.position_embeddings = nn.Embed(c.max_positions, E, dtype=dtype)
         if c.type_vocab_size:
             self.token_type_embeddings = nn.Embed(c.type_vocab_size, E, dtype=dtype)
         self.embeddings_norm = LayerNorm(e.layer_norm_eps)
         if c.embedding_size:
-            self.embeddings_project = nn.Dense(e.width, dtype=dtype)
+            bias = not c.variant.disentangled  # DeBERTa's projection has no bias
+            self.embeddings_project = nn.Dense(e.width, use_bias=bias, dtype=dtype)
         self.encoder = Encoder(e)
         if c.pooler:
             self.pooler = nn.Dense(e.width, dtype=dtype)
@@ -49,6 +53,8 @@ class Bert(StagedEncoder):
         self.Dropout_0 = nn.Dropout(e.dropout)  # embeddings
         rate = e.dropout if c.classifier_dropout is None else c.classifier_dropout
         self.Dropout_1 = nn.Dropout(rate)  # classifier input
+        if c.pre_classifier_dropout is not None:  # DeBERTa's pooler dropout
+            self.pre_classifier_drop = nn.Dropout(c.pre_classifier_dropout)
 
     def embed(
         self,
@@ -62,20 +68,32 @@ class Bert(StagedEncoder):
         B, T = input_ids.shape
         if attention_mask is None:
             attention_mask = jnp.ones((B, T), jnp.int32)
-        if c.variant.positions_after_padding:  # RoBERTa: real tokens count from pad + 1
-            real = (input_ids != c.pad_token_id).astype(jnp.int32)  # [B, T]
-            positions = self.position_embeddings(jnp.cumsum(real, -1) * real + c.pad_token_id)
-        else:
-            positions = self.position_embeddings(jnp.arange(T))[None]
-        x = self.word_embeddings(input_ids) + positions  # [B, T, E]
+        x = self.word_embeddings(input_ids)  # [B, T, E]
+        if c.absolute_positions:
+            x = x + self._positions(input_ids)
         if c.type_vocab_size:
             if token_type_ids is None:
                 token_type_ids = jnp.zeros((B, T), jnp.int32)
             x = x + self.token_type_embeddings(token_type_ids)
+        if c.variant.disentangled:  # DeBERTa: project, normalise, zero the padding
+            if c.embedding_size:
+                x = self.embeddings_project(x)  # [B, T, D]
+            real = attention_mask.astype(x.dtype)[:, :, None]  # [B, T, 1]
+            x = self.Dropout_0(self.embeddings_norm(x) * real, deterministic=deterministic)
+            bias = padding_bias(attention_mask, x.dtype, queries=True)
+            return Stem(x, bias, attention_mask)
         x = self.Dropout_0(self.embeddings_norm(x), deterministic=deterministic)
         if c.embedding_size:
             x = self.embeddings_project(x)  # [B, T, D]
         return Stem(x, padding_bias(attention_mask, x.dtype), attention_mask)
+
+    def _positions(self, input_ids: jax.Array) -> jax.Array:
+        """Absolute position embeddings `[B or 1, T, E]`."""
+        c = self.config
+        if c.variant.positions_after_padding:  # RoBERTa: real tokens count from pad + 1
+            real = (input_ids != c.pad_token_id).astype(jnp.int32)  # [B, T]
+            return self.position_embeddings(jnp.cumsum(real, -1) * real + c.pad_token_id)
+        return self.position_embeddings(jnp.arange(input_ids.shape[1]))[None]
 
     def head(self, x: jax.Array, deterministic: bool = True) -> ModelOutput:
         """Pooler (tanh of a dense layer on the first token) and the family's classifier on
@@ -99,7 +117,9 @@ class Bert(StagedEncoder):
         if head == "relu":  # DistilBERT: no dropout before its pre-classifier
             h = jax.nn.relu(self.pre_classifier(first))
         else:
-            h = self.pre_classifier(drop(first, deterministic=deterministic))
+            own = self.config.pre_classifier_dropout is not None
+            before = self.pre_classifier_drop if own else drop
+            h = self.pre_classifier(before(first, deterministic=deterministic))
             h = jnp.tanh(h) if head == "tanh" else jax.nn.gelu(h, approximate=False)
         return drop(wide(h), deterministic=deterministic)
 

@@ -8,6 +8,40 @@ COMPUTE_DTYPES = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
+class RelativeAttention:
+    """DeBERTa's disentangled attention: attention logits also read learned embeddings of the
+    relative distance between query and key, content-to-position (`c2p`: the query against the
+    key's distance embedding) and position-to-content (`p2c`: the key against the query's).
+
+    The distance embeddings `[2A, D]` (A = `span`) belong to the whole stack (`rel_embeddings`,
+    optionally LayerNormed: `norm`); each layer projects them with its own key / query
+    projections (`share_keys`) or with separate `pos_key` / `pos_query` projections.
+
+    Attributes:
+      span: A, the distances embedded on each side: `buckets` if > 0, else `max_distance`.
+      buckets: log-bucketing of distances beyond `buckets // 2` (0: exact distances, clipped).
+      max_distance: the largest distance the log buckets reach (`max_relative_positions`).
+      c2p: content-to-position logits.
+      p2c: position-to-content logits.
+      share_keys: positions projected by the layer's own key and query projections.
+      norm: a LayerNorm (`rel_norm`) on the distance embeddings.
+    """
+
+    span: int
+    buckets: int
+    max_distance: int
+    c2p: bool = True
+    p2c: bool = True
+    share_keys: bool = True
+    norm: bool = True
+
+    @property
+    def scale_factor(self) -> int:
+        """Logits are divided by sqrt(K * this): one term each for content, c2p and p2c."""
+        return 1 + int(self.c2p) + int(self.p2c)
+
+
+@dataclasses.dataclass(frozen=True)
 class EncoderConfig:
     """The transformer layer stack shared by BERT, ViT and both CLIP towers.
 
@@ -28,6 +62,7 @@ class EncoderConfig:
       dtype: the compute dtype, "float32" or "bfloat16" (`COMPUTE_DTYPES`). Parameters stay in
         their own dtype (float32); matmuls and hidden states run in `dtype`; attention softmax,
         LayerNorm statistics, logits, embeddings and losses are float32 whatever it is.
+      relative: DeBERTa's disentangled attention, or None (positions enter only as embeddings).
     """
 
     num_heads: tuple[int, ...]
@@ -43,6 +78,7 @@ class EncoderConfig:
     attention_dropout: float = 0.0
     dtype: str = "float32"
     layer_scale: bool = False
+    relative: RelativeAttention | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in COMPUTE_DTYPES:
@@ -63,13 +99,17 @@ class TextVariant:
       positions_after_padding: position ids count the real tokens of each row, starting at
         `pad_token_id + 1` (RoBERTa); else 0..T-1.
       head: the sequence classifier on the first token's final state: `pooler` (BERT: the tanh
-        pooler, dropout, a dense layer), `tanh` / `gelu` (RoBERTa / ELECTRA: dropout, a dense
-        layer, the activation, dropout, a dense layer), `relu` (DistilBERT: a dense layer, ReLU,
-        dropout, a dense layer).
+        pooler, dropout, a dense layer), `tanh` / `gelu` (RoBERTa / ELECTRA / DeBERTa: dropout,
+        a dense layer, the activation, dropout, a dense layer), `relu` (DistilBERT: a dense
+        layer, ReLU, dropout, a dense layer).
+      disentangled: DeBERTa's embedding stage: the tables' sum projected (no bias) to the
+        encoder's width before its LayerNorm, padding tokens' embeddings zeroed, and padding
+        queries masked as well as padding keys (their rows attend uniformly).
     """
 
     positions_after_padding: bool
     head: str
+    disentangled: bool = False
 
 
 # HF `model_type` -> how it differs from BERT. XLM-RoBERTa and CamemBERT are RoBERTa networks.
@@ -80,19 +120,25 @@ TEXT_VARIANTS = {
     "camembert": TextVariant(positions_after_padding=True, head="tanh"),
     "electra": TextVariant(positions_after_padding=False, head="gelu"),
     "distilbert": TextVariant(positions_after_padding=False, head="relu"),
+    "deberta-v2": TextVariant(positions_after_padding=False, head="gelu", disentangled=True),
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
-    """A BERT-family encoder (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, DistilBERT: one
-    post-LN layer stack, `model_type` names the variant); `num_labels == 0` means no sequence
-    classifier.
+    """A BERT-family encoder (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, DistilBERT,
+    DeBERTa-v2/v3: one post-LN layer stack, `model_type` names the variant); `num_labels == 0`
+    means no sequence classifier.
 
     Attributes:
       type_vocab_size: token types; 0 for none (DistilBERT: no `token_type_ids` input).
-      embedding_size: the width of the token tables when narrower than the encoder's, projected
-        to it (ELECTRA's `embeddings_project`); 0 for the encoder's width.
+      embedding_size: the width of the token tables when it differs from the encoder's,
+        projected to it (`embeddings_project`: ELECTRA's, or DeBERTa's without a bias); 0 for
+        the encoder's width.
+      absolute_positions: a table of absolute positions added to the token embeddings (DeBERTa
+        can go without: `position_biased_input`; its attention then sees only distances).
+      pre_classifier_dropout: a two-layer head's dropout before its first dense layer (DeBERTa's
+        `pooler_dropout`); None for `classifier_dropout`.
     """
 
     encoder: EncoderConfig
@@ -105,11 +151,18 @@ class BertConfig:
     classifier_dropout: float | None = None
     model_type: str = "bert"
     embedding_size: int = 0
+    absolute_positions: bool = True
+    pre_classifier_dropout: float | None = None
 
     def __post_init__(self) -> None:
         if self.model_type not in TEXT_VARIANTS:
             raise ValueError(
                 f"model_type {self.model_type!r} is not one of {sorted(TEXT_VARIANTS)}"
+            )
+        if (self.encoder.relative is not None) != self.variant.disentangled:
+            raise ValueError(
+                f"a {self.model_type} encoder {'needs' if self.variant.disentangled else 'has no'}"
+                " relative (disentangled) attention"
             )
 
     @property

@@ -1,4 +1,4 @@
-"""The layer stack shared by BERT (post-LN), ViT and CLIP (pre-LN)."""
+"""The layer stack shared by BERT and DeBERTa (post-LN), ViT and CLIP (pre-LN)."""
 
 from __future__ import annotations
 
@@ -103,28 +103,47 @@ def layer_scales(module: nn.Module, c: EncoderConfig) -> dict[str, Scale]:
     return out
 
 
+def attention_block(c: EncoderConfig, num_heads: int, name: str | None = None) -> Attention:
+    """A layer's attention module as the stack's config describes it (encoder and fusion)."""
+    return Attention(num_heads, c.head_dim, c.width, c.qkv_bias, c.attention_dropout,
+                     compute_dtype(c), c.relative, c.dropout, name=name)  # fmt: skip
+
+
+def distance_embeddings(params: dict, c: EncoderConfig) -> jax.Array:
+    """The stack's `[2A, D]` distance embeddings (DeBERTa), normalised where it says so, from
+    its weights `params` (`rel_embeddings`, `rel_norm`)."""
+    table = params["rel_embeddings"]
+    if c.relative is not None and c.relative.norm:
+        table = LayerNorm(c.layer_norm_eps).apply({"params": params["rel_norm"]}, table)
+    return table
+
+
 class EncoderLayer(nn.Module):
     config: EncoderConfig
     num_heads: int
 
     @nn.compact
     def __call__(
-        self, x: jax.Array, bias: jax.Array | None, head_mask: jax.Array | None, deterministic: bool
+        self,
+        x: jax.Array,
+        bias: jax.Array | None,
+        head_mask: jax.Array | None,
+        deterministic: bool,
+        distances: jax.Array | None = None,
     ) -> tuple[jax.Array, jax.Array]:
         c, dtype = self.config, compute_dtype(self.config)
-        attention = Attention(self.num_heads, c.head_dim, c.width, c.qkv_bias,
-                              c.attention_dropout, dtype, name="attention")  # fmt: skip
+        attention = attention_block(c, self.num_heads, name="attention")
         mlp = Mlp(c.mlp_dim, c.width, c.activation, dtype, name="mlp")
         attention_norm = LayerNorm(c.layer_norm_eps, name="attention_norm")
         mlp_norm = LayerNorm(c.layer_norm_eps, name="mlp_norm")
         drop = nn.Dropout(c.dropout, deterministic=deterministic)
         scale = layer_scales(self, c)
         if c.pre_norm:
-            a, probs = attention(attention_norm(x), bias, head_mask, deterministic)
+            a, probs = attention(attention_norm(x), bias, head_mask, deterministic, distances)
             x = x + drop(scale["attention"](a))
             x = x + drop(scale["mlp"](mlp(mlp_norm(x))))
         else:
-            a, probs = attention(x, bias, head_mask, deterministic)
+            a, probs = attention(x, bias, head_mask, deterministic, distances)
             x = attention_norm(x + drop(a))
             x = mlp_norm(x + drop(mlp(x)))
         return x, probs
@@ -157,12 +176,19 @@ class Encoder(nn.Module):
         Returns:
           `([B, T, D], attention probabilities [B, N_l, T, S] of each layer run)`.
         """
-        start, stop = layers or (0, self.config.num_layers)
+        c = self.config
+        start, stop = layers or (0, c.num_layers)
+        distances = None
+        if c.relative is not None:  # DeBERTa: one distance table for every layer
+            table = self.param("rel_embeddings", nn.initializers.normal(0.02),
+                               (2 * c.relative.span, c.width), jnp.float32)  # fmt: skip
+            norm = LayerNorm(c.layer_norm_eps, name="rel_norm") if c.relative.norm else None
+            distances = table if norm is None else norm(table)  # as `distance_embeddings`
         attentions = []
         for l in range(start, stop):
-            n = self.config.num_heads[l]
             mask = None if head_mask is None else head_mask[l]
-            x, probs = EncoderLayer(self.config, n, name=f"layer_{l}")(x, bias, mask, deterministic)
+            layer = EncoderLayer(c, c.num_heads[l], name=f"layer_{l}")
+            x, probs = layer(x, bias, mask, deterministic, distances)
             attentions.append(probs)
         return x, tuple(attentions)
 

@@ -31,7 +31,14 @@ from hydra_jax.models.config import (
     MemberConfig,
     ViTConfig,
 )
-from hydra_jax.models.encoder import LayerNorm, Mlp, channels, compute_dtype
+from hydra_jax.models.encoder import (
+    LayerNorm,
+    Mlp,
+    attention_block,
+    channels,
+    compute_dtype,
+    distance_embeddings,
+)
 from hydra_jax.models.outputs import ModelOutput
 
 Params = Any
@@ -104,8 +111,7 @@ class _Ops:
         self.drop = nn.Dropout(e.dropout)
 
     def attention(self, n: int) -> Attention:
-        e = self.e
-        return Attention(n, e.head_dim, e.width, e.qkv_bias, e.attention_dropout, compute_dtype(e))
+        return attention_block(self.e, n)
 
     def dropout(self, x: jax.Array, key: jax.Array | None) -> jax.Array:
         if key is None:
@@ -123,15 +129,20 @@ def _scaled(h: jax.Array, scale: jax.Array | None) -> jax.Array:
 
 def _attend(ops: _Ops, attention: Attention, bias: jax.Array | None):
     """One member's attention block: `(weights, its norm, its layer scale or None, stream,
-    dropout key) -> [B, T, D]`."""
+    dropout key, its distance embeddings or None) -> [B, T, D]`."""
 
     def attend(
-        p: Params, norm: Params, scale: jax.Array | None, h: jax.Array, key: jax.Array | None
+        p: Params,
+        norm: Params,
+        scale: jax.Array | None,
+        h: jax.Array,
+        key: jax.Array | None,
+        distances: jax.Array | None,
     ) -> jax.Array:
         if ops.e.pre_norm:
             h = ops.layer_norm(norm, h)
         rngs = None if key is None else {"dropout": key}
-        out, _ = attention.apply({"params": p}, h, bias, None, key is None, rngs=rngs)
+        out, _ = attention.apply({"params": p}, h, bias, None, key is None, distances, rngs=rngs)
         return ops.dropout(_scaled(out, scale), None if key is None else jax.random.fold_in(key, 1))
 
     return attend
@@ -147,12 +158,15 @@ def encode(
 ) -> jax.Array:
     """The fused layer stack on member streams `x` `[M, B, T, D]` -> `[M, B, T, D]`."""
     ops, M = _Ops(e), x.shape[0]
+    distances = None  # DeBERTa: each member's own distance embeddings [M, 2A, D]
+    if e.relative is not None:
+        distances = jax.vmap(lambda p: distance_embeddings(p, e))(members["encoder"])
     for l, n in enumerate(e.num_heads):
         own, mlp = members["encoder"][f"layer_{l}"], shared["encoder"][f"layer_{l}"]["mlp"]
         attend = _attend(ops, ops.attention(n), bias)
         keys = _keys(rng, M, 4 * l)
         scale = own.get("attention_scale")  # [M, D] with layer scale (DINOv2), else None
-        a = _vmap(attend, own["attention"], own["attention_norm"], scale, x, keys)  # [M, B, T, D]
+        a = _vmap(attend, own["attention"], own["attention_norm"], scale, x, keys, distances)
         norm = jax.vmap(ops.layer_norm)
         if e.pre_norm:
             x = x + a

@@ -122,6 +122,15 @@ def _check_text(inputs: Mapping[str, Any], vocab: int, positions: int, types: in
         _check_ids("token_type_ids", inputs["token_type_ids"], max(types, 1), what)
 
 
+def token_types(config: BertConfig) -> int | None:
+    """The token types a BERT-family model takes; None where any are ignored, as
+    `transformers` ignores them (DeBERTa without token types: its tokenizer marks the second
+    text of a pair with 1s)."""
+    if config.variant.disentangled and not config.type_vocab_size:
+        return None
+    return config.type_vocab_size
+
+
 def _check_pixels(pixels: Any, image_size: int, channels: int, any_size: int = 0) -> None:
     """`any_size`: a patch size P; images of any size of at least P x P pass (DINOv2 resizes
     its positions), else exactly `image_size`."""
@@ -169,7 +178,7 @@ def check_inputs(config: ArchConfig, inputs: Mapping[str, Any]) -> None:
     if isinstance(bert, CLIPVisionTowerConfig):
         _check_pixels(inputs.get("pixel_values"), bert.vision.image_size, bert.vision.num_channels)
     elif isinstance(bert, BertConfig):
-        _check_text(inputs, bert.vocab_size, bert.max_tokens, bert.type_vocab_size)
+        _check_text(inputs, bert.vocab_size, bert.max_tokens, token_types(bert))
     elif isinstance(bert, ViTConfig):
         flexible = bert.patch_size if bert.model_type == "dinov2" else 0
         _check_pixels(inputs.get("pixel_values"), bert.image_size, bert.num_channels, flexible)
@@ -179,7 +188,7 @@ def check_inputs(config: ArchConfig, inputs: Mapping[str, Any]) -> None:
         _check_pixels(inputs.get("pixel_values"), vision.image_size, vision.num_channels)
     elif isinstance(bert, DualEncoderConfig):
         text, vision = bert.text, bert.vision
-        _check_text(inputs, text.vocab_size, text.max_tokens, text.type_vocab_size)
+        _check_text(inputs, text.vocab_size, text.max_tokens, token_types(text))
         _check_pixels(inputs.get("pixel_values"), vision.image_size, vision.num_channels)
     for name in ("head_mask", "text_head_mask", "vision_head_mask"):
         mask = inputs.get(name)

@@ -45,8 +45,8 @@ Item = TypeVar("Item")
 # Leaves under a fused Hydra's `members`, and every leaf of a stacked Deep Ensemble, also have a
 # leading `member` axis. Optimiser states (Adam's moments) mirror their parameters' paths.
 RULES: tuple[tuple[re.Pattern[str], tuple[str | None, ...]], ...] = (
-    (re.compile(r"attention/(query|key|value)/kernel$"), (None, "heads", None)),  # [D, N, K]
-    (re.compile(r"attention/(query|key|value)/bias$"), ("heads", None)),  # [N, K]
+    (re.compile(r"attention/(pos_)?(query|key|value)/kernel$"), (None, "heads", None)),  # [D, N, K]
+    (re.compile(r"attention/(pos_)?(query|key|value)/bias$"), ("heads", None)),  # [N, K]
     (re.compile(r"attention/out/kernel$"), ("heads", None, None)),  # [N, K, D]
 )
 MEMBERS = re.compile(r"(^|/)members/")

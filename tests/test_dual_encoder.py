@@ -74,6 +74,24 @@ def test_dual_encoder_parity_with_transformers(dual):
             assert_close(getattr(out, name), to_numpy(getattr(expected, name)), err_msg=name)
 
 
+def test_compacting_both_towers_equals_masking_them(dual):
+    """`compact` reads where each tower sits from the architecture table (here `text_model`
+    and `vision_model`), so a dual encoder compacts as CLIP does."""
+    _, ours, encoder, pixels = dual
+    batch = dict(encoder.pad(["a coat", "bag"]), pixel_values=pixels)
+    rng = np.random.default_rng(3)
+    keep = {"text": np.array([[True, False], [True, True]]), "vision": rng.random((2, 12)) > 0.5}
+    small = hj.heads.compact(ours, keep)
+    assert small.config.text.encoder.num_heads == (1, 2)
+    assert small.config.vision.encoder.num_heads == tuple(keep["vision"].sum(1))
+    masked = ours(**batch, text_head_mask=keep["text"] * 1.0, vision_head_mask=keep["vision"] * 1.0)
+    out = small(**batch)
+    for name in ("image_embeds", "text_embeds", "logits_per_image"):
+        assert_close(getattr(out, name), getattr(masked, name), err_msg=name)
+    with pytest.raises(TypeError, match=r"optional entries \['text', 'vision'\]"):
+        hj.heads.compact(ours, keep["text"])
+
+
 def test_dual_encoder_exports_what_transformers_loads(dual, tmp_path):
     _, ours, encoder, pixels = dual
     changed = hj.Model(ours.config, jax.tree.map(lambda x: x * 1.01, ours.params))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
@@ -11,16 +12,27 @@ from hydra_jax.convert import bert, clip, deberta, dinov2, distilbert, dual_enco
 from hydra_jax.convert.common import ConversionError, load_config, read_state_dict
 from hydra_jax.convert.native import load_model, save_model
 from hydra_jax.convert.torch_pickle import UnsafePickleError
-from hydra_jax.models import BertConfig, DualEncoderConfig, Model, ViTConfig
+from hydra_jax.models import HydraConfig, Model
+from hydra_jax.models.architectures import architecture
 
-_LOADERS: dict[str, Callable[[dict[str, Any], dict[str, Any]], Model]] = {
-    **dict.fromkeys(bert.FAMILIES, bert.load),  # bert, roberta, xlm-roberta, camembert, electra
-    distilbert.MODEL_TYPE: distilbert.load,
-    deberta.MODEL_TYPE: deberta.load,  # DeBERTa-v2 and v3
-    dinov2.MODEL_TYPE: dinov2.load,
-    **dict.fromkeys(vit.FAMILIES, vit.load),  # vit, deit
-    "clip": clip.load,
-    dual_encoder.MODEL_TYPE: dual_encoder.load,
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """How one HF `model_type` is read and written (`export` None: loaded only)."""
+
+    load: Callable[[dict[str, Any], dict[str, Any]], Model]
+    export: Callable[[Model, Path], None] | None = None
+
+
+# HF `model_type` -> its converter; a config reports its own type (`Architecture.hf_model_type`).
+FORMATS: dict[str, Format] = {
+    **dict.fromkeys(bert.FAMILIES, Format(bert.load, bert.export)),  # bert, roberta, ..., electra
+    distilbert.MODEL_TYPE: Format(distilbert.load, distilbert.export),
+    deberta.MODEL_TYPE: Format(deberta.load, deberta.export),  # DeBERTa-v2 and v3
+    **dict.fromkeys(vit.FAMILIES, Format(vit.load, vit.export)),  # vit, deit
+    dinov2.MODEL_TYPE: Format(dinov2.load, dinov2.export),
+    "clip": Format(clip.load),
+    dual_encoder.MODEL_TYPE: Format(dual_encoder.load, dual_encoder.export),
 }
 
 
@@ -48,44 +60,33 @@ def from_pretrained(path: str | Path) -> Model:
         )
     hf = load_config(path)
     model_type = hf.get("model_type")
-    if model_type not in _LOADERS:
+    if model_type not in FORMATS:
         raise ConversionError(
             f"unknown model_type {model_type!r} in {path / 'config.json'}; "
-            f"supported: {sorted(_LOADERS)}"
+            f"supported: {sorted(FORMATS)}"
         )
     tensors = read_state_dict(path)
     try:
-        return _LOADERS[model_type](hf, tensors)
+        return FORMATS[model_type].load(hf, tensors)
     except ConversionError as error:  # name the directory: the message names field or tensor
         raise ConversionError(f"{path}: {error}") from None
 
 
 def save_pretrained(model: Model, path: str | Path) -> None:
     """Writes a BERT-family (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, DistilBERT,
-    DeBERTa-v2/v3), ViT,
-    DeiT, DINOv2 or ViT-BERT dual encoder model as an HF directory (`config.json` +
-    `model.safetensors`) under its own `model_type`."""
+    DeBERTa-v2/v3), ViT, DeiT, DINOv2 or ViT-BERT dual encoder model as an HF directory
+    (`config.json` + `model.safetensors`) under its own `model_type`."""
     config = model.config
-    if isinstance(config, BertConfig) and config.model_type == distilbert.MODEL_TYPE:
-        distilbert.export(model, Path(path))
-        return
-    if isinstance(config, BertConfig) and config.model_type == deberta.MODEL_TYPE:
-        deberta.export(model, Path(path))
-        return
-    if isinstance(config, ViTConfig) and config.model_type == dinov2.MODEL_TYPE:
-        dinov2.export(model, Path(path))
-        return
-    exporters = {
-        BertConfig: bert.export,
-        ViTConfig: vit.export,
-        DualEncoderConfig: dual_encoder.export,
-    }
-    if type(config) not in exporters:
+    single = not isinstance(config, HydraConfig)  # a fused Hydra has no HF format
+    model_type = architecture(config).hf_model_type(config) if single else None
+    export = FORMATS[model_type].export if model_type in FORMATS else None
+    if export is None:
         raise ConversionError(
-            f"no HF format for a {type(config).__name__} model (HF exports: BERT-family, ViT, "
-            f"ViT-BERT dual encoders); hj.save_model saves any model in our own format"
+            f"no HF format for a {type(config).__name__} model (HF exports: "
+            f"{sorted(t for t, f in FORMATS.items() if f.export)}); hj.save_model saves any "
+            "model in our own format"
         )
-    exporters[type(config)](model, Path(path))
+    export(model, Path(path))
 
 
 def minilm_l6_path() -> Path:

@@ -12,10 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from hydra_jax.heads import compact
-from hydra_jax.models import BertConfig, CLIPVisionTowerConfig, HydraConfig, Model, ViTConfig
+from hydra_jax.models import HydraConfig, Model
+from hydra_jax.models.architectures import architecture
 from hydra_jax.models.fused import fuse_params, member_params
-
-_FAMILIES = (BertConfig, ViTConfig, CLIPVisionTowerConfig)
 
 
 def fuse(members: Sequence[Model]) -> Model:
@@ -38,9 +37,14 @@ def fuse(members: Sequence[Model]) -> Model:
         raise ValueError(f"a Hydra needs at least two members, got {len(members)}")
     configs = [m.config for m in members]
     kinds = {type(c) for c in configs}
-    if len(kinds) != 1 or not kinds <= set(_FAMILIES):
+    fusable = all(
+        not isinstance(c, HydraConfig) and architecture(c).shared_tables is not None
+        for c in configs
+    )
+    if len(kinds) != 1 or not fusable:
         raise ValueError(
-            "Hydra members must all be BERT classifiers, ViT classifiers or CLIP vision towers; "
+            "Hydra members must all be BERT-family or ViT-family classifiers, or all CLIP vision "
+            "towers; "
             f"got {[type(c).__name__ for c in configs]}"
         )
     counts = [c.encoder.num_heads for c in configs]

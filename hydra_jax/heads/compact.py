@@ -8,13 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from hydra_jax.models import (
-    BertConfig,
-    CLIPConfig,
-    CLIPVisionTowerConfig,
-    EncoderConfig,
-    Model,
-    ViTConfig,
+from hydra_jax.models import EncoderConfig, Model
+from hydra_jax.models.architectures import (
+    architecture,
+    single_tower,
+    tower_encoder,
+    tower_params,
+    with_tower_encoder,
+    with_tower_params,
 )
 from hydra_jax.models.sharding import to_host
 
@@ -70,52 +71,53 @@ def compact(model: Model, keep: Keep | Mapping[str, Keep]) -> Model:
     """A smaller model without the heads where `keep` is False; outputs equal the masked model.
 
     Args:
-      model: BERT, ViT, a CLIP vision tower, or CLIP.
-      keep: bool `[L, N]` (or per-layer rows); for CLIP a mapping with optional `text` and
-        `vision` entries.
+      model: any architecture of the table: a single-encoder model (BERT family, ViT family, a
+        CLIP vision tower) or a two-tower one (CLIP, a dual encoder).
+      keep: bool `[L, N]` (or per-layer rows); for two towers a mapping with optional `text`
+        and `vision` entries.
 
     Returns:
       A `Model` whose layers may have different head counts (`config.encoder.num_heads`).
     """
-    config, params = model.config, dict(model.params)
-    if isinstance(config, BertConfig | ViTConfig | CLIPVisionTowerConfig):
+    config, params = model.config, model.params
+    towers = architecture(config).towers
+    if single_tower(config) is not None:
         if isinstance(keep, Mapping):
-            raise TypeError("keep must be an array for one encoder (a mapping is for CLIP models)")
-        params["encoder"], encoder = compact_encoder(params["encoder"], config.encoder, keep)
-        if isinstance(config, CLIPVisionTowerConfig):
-            vision = dataclasses.replace(config.vision, encoder=encoder)
-            return Model(dataclasses.replace(config, vision=vision), params)
-        return Model(dataclasses.replace(config, encoder=encoder), params)
-    if isinstance(config, CLIPConfig):
-        if not isinstance(keep, Mapping) or not set(keep) <= {"text", "vision"}:
-            raise TypeError("for CLIP, keep is a mapping with optional 'text'/'vision' entries")
-        for tower, mask in keep.items():
-            tower_config = getattr(config, tower)
-            tower_params = dict(params[tower])
-            tower_params["encoder"], encoder = compact_encoder(
-                tower_params["encoder"], tower_config.encoder, mask
-            )
-            params[tower] = tower_params
-            config = dataclasses.replace(
-                config, **{tower: dataclasses.replace(tower_config, encoder=encoder)}
-            )
-        return Model(config, params)
-    raise TypeError(f"cannot compact a {type(config).__name__}")
+            raise TypeError("keep must be an array for one encoder (a mapping is for two towers)")
+        keeps = {"": keep}
+    elif not isinstance(keep, Mapping) or not set(keep) <= set(towers):
+        raise TypeError(
+            f"for a {type(config).__name__}, keep is a mapping with optional entries "
+            f"{sorted(towers)}"
+        )
+    else:
+        keeps = dict(keep)
+    for name, mask in keeps.items():
+        tower = towers[name]
+        layers, encoder = compact_encoder(
+            tower_params(params, tower)["encoder"], tower_encoder(config, tower), mask
+        )
+        weights = {**tower_params(params, tower), "encoder": layers}
+        params = with_tower_params(params, tower.params, weights)
+        config = with_tower_encoder(config, tower.config, encoder)
+    return Model(config, params)
 
 
 def expand_to_full(model: Model) -> Model:
     """The compacted model back at the full head count, removed heads' weights set to zero.
 
     HF configs cannot express per-layer head counts (and transformers 5 has no `prune_heads`),
-    so this is how a compacted BERT/ViT is exported: a removed head contributes nothing because
+    so this is how a compacted model is exported: a removed head contributes nothing because
     its output rows are zero, so outputs are unchanged.
     """
     config = model.config
-    if not isinstance(config, BertConfig | ViTConfig):
-        raise TypeError(f"expand_to_full takes BERT or ViT, not {type(config).__name__}")
-    encoder = config.encoder
+    tower = single_tower(config)
+    if tower is None:
+        raise TypeError(f"expand_to_full takes a single-encoder model, not {type(config).__name__}")
+    encoder = tower_encoder(config, tower)
     full = encoder.width // encoder.head_dim
-    layers = dict(model.params["encoder"])
+    weights = tower_params(model.params, tower)
+    layers = dict(weights["encoder"])
     for l, n in enumerate(encoder.num_heads):
         attention = dict(layers[f"layer_{l}"]["attention"])
         for name in attention:
@@ -129,6 +131,6 @@ def expand_to_full(model: Model) -> Model:
                 leaf["bias"] = np.pad(np.asarray(leaf["bias"]), [(0, full - n), (0, 0)])
             attention[name] = leaf
         layers[f"layer_{l}"] = {**layers[f"layer_{l}"], "attention": attention}
-    params = {**model.params, "encoder": layers}
+    params = with_tower_params(model.params, tower.params, {**weights, "encoder": layers})
     encoder = dataclasses.replace(encoder, num_heads=(full,) * encoder.num_layers)
-    return Model(dataclasses.replace(config, encoder=encoder), params)
+    return Model(with_tower_encoder(config, tower.config, encoder), params)

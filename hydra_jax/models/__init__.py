@@ -1,12 +1,13 @@
 """Functional transformer models: the BERT family (BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
-ELECTRA, DistilBERT), ViT, DeiT, DINOv2 and CLIP, with a per-head mask.
+ELECTRA, DistilBERT, DeBERTa-v2/v3), ViT, DeiT, DINOv2 and CLIP, with a per-head mask; each
+family is one entry of the architecture table (`ARCHITECTURES`).
 
 Axis letters, used in every einsum, shape comment and docstring of the package (never reused):
 
   B batch           T query tokens     S key tokens       D model width
   N heads           K head dim         F MLP width        V vocab
   L layers          M members          C classes          P patch size
-  E projection (embedding) dim
+  E projection (embedding) dim           R relative-distance embeddings (DeBERTa; 2A of them)
 
 Attention weights keep heads as a real axis: ``query/key/value`` kernels are ``[D, N, K]``,
 the output kernel is ``[N, K, D]``. The head mask (``[L, N]`` floats, 1 keeps a head, 0 removes it)
@@ -14,6 +15,7 @@ multiplies each head's context ``softmax(QK^T / sqrt(K)) V`` before the output p
 place where pruning, scoring and ensembling act.
 """
 
+from hydra_jax.models.architectures import ARCHITECTURES, check_inputs, encoder_of, input_names
 from hydra_jax.models.config import (
     BertConfig,
     CLIPConfig,
@@ -27,12 +29,12 @@ from hydra_jax.models.config import (
     RelativeAttention,
     ViTConfig,
 )
-from hydra_jax.models.inputs import check_inputs, encoder_of, input_names
 from hydra_jax.models.model import Model, vision_tower, with_classifier, with_dtype
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
 from hydra_jax.models.zero_shot import prompt_embeddings, prompts, zero_shot
 
 __all__ = [
+    "ARCHITECTURES",
     "BertConfig",
     "CLIPConfig",
     "CLIPOutput",

@@ -22,15 +22,9 @@ import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
+from hydra_jax.models.architectures import architecture
 from hydra_jax.models.attention import Attention
-from hydra_jax.models.config import (
-    BertConfig,
-    CLIPVisionTowerConfig,
-    EncoderConfig,
-    HydraConfig,
-    MemberConfig,
-    ViTConfig,
-)
+from hydra_jax.models.config import EncoderConfig, HydraConfig, MemberConfig
 from hydra_jax.models.encoder import (
     LayerNorm,
     Mlp,
@@ -43,18 +37,10 @@ from hydra_jax.models.outputs import ModelOutput
 
 Params = Any
 
-# Top-level parameters of each family's embedding stage that fusion averages (its norms stay
-# per member).
-EMBEDDING_TABLES: dict[type, tuple[str, ...]] = {
-    BertConfig: ("word_embeddings", "position_embeddings", "token_type_embeddings"),
-    ViTConfig: ("patch", "cls_token", "distillation_token", "position_embeddings"),
-    CLIPVisionTowerConfig: ("patch", "class_embedding", "position_embedding"),
-}
-
 
 def is_shared(config: MemberConfig, path: tuple[str, ...]) -> bool:
     """Whether the member parameter at `path` is averaged into one shared copy."""
-    return path[0] in EMBEDDING_TABLES[type(config)] or (
+    return path[0] in (architecture(config).shared_tables or ()) or (
         path[0] == "encoder" and len(path) > 2 and path[2] == "mlp"
     )
 

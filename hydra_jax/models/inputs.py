@@ -1,5 +1,6 @@
-"""What a model accepts: the batch keys of each architecture, and the checks that run outside
-`jit` (shapes always; values where they are known) before any computation."""
+"""The checks a batch passes outside `jit` (shapes always; values where they are known) before
+any computation: token ids, pixels and head masks. Which checks a family runs is its entry in
+the architecture table (`architectures.py`)."""
 
 from __future__ import annotations
 
@@ -10,49 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hydra_jax.models.config import (
-    ArchConfig,
-    BertConfig,
-    CLIPConfig,
-    CLIPVisionTowerConfig,
-    DualEncoderConfig,
-    EncoderConfig,
-    HydraConfig,
-    ViTConfig,
-)
-
-# Batch keys each architecture reads; `labels` may ride along in a batch and is ignored here.
-_INPUTS: dict[type, tuple[str, ...]] = {
-    BertConfig: ("input_ids", "attention_mask", "token_type_ids"),
-    ViTConfig: ("pixel_values",),
-    CLIPConfig: ("input_ids", "attention_mask", "pixel_values"),
-    CLIPVisionTowerConfig: ("pixel_values",),
-    DualEncoderConfig: ("input_ids", "attention_mask", "token_type_ids", "pixel_values"),
-}
-PASSIVE_INPUTS = ("labels",)
-
-
-def input_names(config: ArchConfig) -> tuple[str, ...]:
-    """The batch keys a model of `config` reads."""
-    if isinstance(config, HydraConfig):
-        return input_names(config.member)
-    return _INPUTS[type(config)]
-
-
-def encoder_of(config: ArchConfig) -> EncoderConfig:
-    """The layer stack of a single-encoder model (BERT, ViT, a CLIP vision tower)."""
-    if isinstance(config, BertConfig | ViTConfig | CLIPVisionTowerConfig):
-        return config.encoder
-    raise TypeError(f"a {type(config).__name__} has no single encoder")
-
-
-def head_mask_encoders(config: ArchConfig) -> dict[str, EncoderConfig]:
-    """Name of each head-mask argument -> the encoder it masks."""
-    if isinstance(config, CLIPConfig | DualEncoderConfig):
-        return {"text_head_mask": config.text.encoder, "vision_head_mask": config.vision.encoder}
-    if isinstance(config, HydraConfig):
-        return {}  # members are already pruned; the fused model takes no head mask
-    return {"head_mask": config.encoder}
+from hydra_jax.models.config import BertConfig, EncoderConfig
 
 
 def check_head_mask(mask: Any, encoder: EncoderConfig, name: str = "head_mask") -> None:
@@ -75,13 +34,13 @@ def check_head_mask(mask: Any, encoder: EncoderConfig, name: str = "head_mask") 
         )
 
 
-def _concrete(x: Any) -> np.ndarray | None:
+def concrete(x: Any) -> np.ndarray | None:
     """`x` as numpy when its values are known (None under `jit`/`grad` tracing)."""
     return None if x is None or isinstance(x, jax.core.Tracer) else np.asarray(x)
 
 
 def _check_ids(name: str, ids: Any, high: int, what: str) -> None:
-    values = _concrete(ids)
+    values = concrete(ids)
     if values is None or values.size == 0:
         return
     if not np.issubdtype(values.dtype, np.integer):
@@ -95,7 +54,7 @@ def _check_ids(name: str, ids: Any, high: int, what: str) -> None:
         )
 
 
-def _check_text(inputs: Mapping[str, Any], vocab: int, positions: int, types: int | None) -> None:
+def check_text(inputs: Mapping[str, Any], vocab: int, positions: int, types: int | None) -> None:
     """`positions`: the most tokens the position table serves; `types`: token types (None:
     not checked)."""
     ids = inputs.get("input_ids")
@@ -131,7 +90,7 @@ def token_types(config: BertConfig) -> int | None:
     return config.type_vocab_size
 
 
-def _check_pixels(pixels: Any, image_size: int, channels: int, any_size: int = 0) -> None:
+def check_pixels(pixels: Any, image_size: int, channels: int, any_size: int = 0) -> None:
     """`any_size`: a patch size P; images of any size of at least P x P pass (DINOv2 resizes
     its positions), else exactly `image_size`."""
     if pixels is None:
@@ -143,7 +102,7 @@ def _check_pixels(pixels: Any, image_size: int, channels: int, any_size: int = 0
             "of its image processor: transformers.AutoImageProcessor.from_pretrained(DIR)(images)"
             " or hydra_jax.data.files.pixels"
         )
-    values = _concrete(pixels)
+    values = concrete(pixels)
     if values is not None and not np.all(np.isfinite(values)):
         raise ValueError("pixel_values contain NaN/inf")
     shape = tuple(np.shape(pixels))
@@ -161,49 +120,3 @@ def _check_pixels(pixels: Any, image_size: int, channels: int, any_size: int = 0
         f"pixel_values has shape {shape}; this model takes [B, C, H, W] = "
         f"[B, {channels}, {image_size}, {image_size}]"
     )
-
-
-def check_inputs(config: ArchConfig, inputs: Mapping[str, Any]) -> None:
-    """Shapes, and values where they are known (outside `jit`), of a batch for `config`.
-
-    Raises:
-      ValueError: an empty batch; an example with no real token; ids or token types outside
-        the model's tables; more tokens than positions; mismatched mask shapes; pixel values
-        in another layout or size; a head mask with NaN/inf.
-    """
-    for name in ("input_ids", "pixel_values"):
-        if inputs.get(name) is not None and np.shape(inputs[name])[:1] == (0,):
-            raise ValueError(f"empty batch: {name} has shape {np.shape(inputs[name])}")
-    bert = config.member if isinstance(config, HydraConfig) else config
-    if isinstance(bert, CLIPVisionTowerConfig):
-        _check_pixels(inputs.get("pixel_values"), bert.vision.image_size, bert.vision.num_channels)
-    elif isinstance(bert, BertConfig):
-        _check_text(inputs, bert.vocab_size, bert.max_tokens, token_types(bert))
-    elif isinstance(bert, ViTConfig):
-        flexible = bert.patch_size if bert.model_type == "dinov2" else 0
-        _check_pixels(inputs.get("pixel_values"), bert.image_size, bert.num_channels, flexible)
-    elif isinstance(bert, CLIPConfig):
-        _check_text(inputs, bert.text.vocab_size, bert.text.max_positions, None)
-        vision = bert.vision
-        _check_pixels(inputs.get("pixel_values"), vision.image_size, vision.num_channels)
-    elif isinstance(bert, DualEncoderConfig):
-        text, vision = bert.text, bert.vision
-        _check_text(inputs, text.vocab_size, text.max_tokens, token_types(text))
-        _check_pixels(inputs.get("pixel_values"), vision.image_size, vision.num_channels)
-    for name in ("head_mask", "text_head_mask", "vision_head_mask"):
-        mask = inputs.get(name)
-        rows = mask if isinstance(mask, Sequence) else [mask]
-        if any((v := _concrete(r)) is not None and not np.all(np.isfinite(v)) for r in rows):
-            raise ValueError(f"{name} contains NaN/inf")
-    mask = _concrete(inputs.get("attention_mask"))
-    if mask is None or mask.ndim != 2:
-        return
-    if not np.isin(mask, (0, 1)).all():
-        values = np.unique(mask)[:6].tolist()
-        raise ValueError(f"attention_mask must be 0 (padding) or 1 (a token); it holds {values}")
-    empty = np.nonzero(mask.sum(-1) == 0)[0]
-    if empty.size:
-        raise ValueError(
-            f"examples {empty.tolist()} of the batch are all padding (attention_mask all 0): "
-            "nothing to attend to"
-        )

@@ -3,55 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from hydra_jax import checks
 from hydra_jax.models import fused
-from hydra_jax.models.bert import Bert
-from hydra_jax.models.clip import CLIP, LOGIT_SCALE_INIT, CLIPVision
-from hydra_jax.models.config import (
-    ArchConfig,
-    BertConfig,
-    CLIPConfig,
-    CLIPVisionTowerConfig,
-    DualEncoderConfig,
-    EncoderConfig,
-    HydraConfig,
-    ViTConfig,
-    with_compute_dtype,
-)
-from hydra_jax.models.dual_encoder import DualEncoder
-from hydra_jax.models.inputs import (
+from hydra_jax.models.architectures import (
     PASSIVE_INPUTS,
-    check_head_mask,
+    architecture,
     check_inputs,
+    dummy_inputs,
     encoder_of,
     head_mask_encoders,
     input_names,
+    module_of,
 )
+from hydra_jax.models.config import ArchConfig, EncoderConfig, HydraConfig, with_compute_dtype
+from hydra_jax.models.inputs import check_head_mask
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
-from hydra_jax.models.vit import ViT
 
 Params = Any  # a nested dict of arrays
-
-
-def _module(config: ArchConfig) -> nn.Module:
-    if isinstance(config, BertConfig):
-        return Bert(config)
-    if isinstance(config, ViTConfig):
-        return ViT(config)
-    if isinstance(config, CLIPConfig):
-        return CLIP(config)
-    if isinstance(config, CLIPVisionTowerConfig):
-        return CLIPVision(config.vision, config.projection_dim, config.num_labels)
-    if isinstance(config, DualEncoderConfig):
-        return DualEncoder(config)
-    raise TypeError(f"no module for {type(config).__name__}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +40,7 @@ class Model:
 
     @property
     def module(self) -> nn.Module:
-        return _module(self.config)
+        return module_of(self.config)
 
     @classmethod
     def init(cls, config: ArchConfig, rng: jax.Array) -> Model:
@@ -79,7 +52,7 @@ class Model:
             keys = jax.random.split(rng, config.num_members)
             members = [cls.init(config.member, k) for k in keys]
             return cls(config, fused.fuse_params(config.member, [m.params for m in members]))
-        params = _module(config).init(rng, **dummy_inputs(config))["params"]
+        params = module_of(config).init(rng, **dummy_inputs(config))["params"]
         return cls(config, params)
 
     def apply(
@@ -122,7 +95,7 @@ class Model:
             if output_attentions:
                 raise NotImplementedError("the fused Hydra model does not return attention maps")
             return fused.apply(
-                self.config, _module(self.config.member), params, kwargs, dropout_rng
+                self.config, module_of(self.config.member), params, kwargs, dropout_rng
             )
         rngs = None if dropout_rng is None else {"dropout": dropout_rng}
         return self.module.apply(
@@ -194,48 +167,27 @@ class Model:
 def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
     """The model with a freshly initialised `num_labels`-way classifier, replacing any it had.
 
-    BERT/ViT: a dense layer initialised as `transformers` does (normal(0.02) kernel, zero bias);
-    for BERT it reads the tanh pooler, which must exist; RoBERTa, ELECTRA and DistilBERT get
-    their own two-layer head (`pre_classifier`, then `classifier`), DeiT with its teacher's head
-    a `distillation_classifier` too, DINOv2 a classifier on `[CLS, mean patch]` (2D inputs),
-    all initialised the same way.
-    Vision towers (CLIP's, or a dual
-    encoder's ViT with `projection_dim`): a zero-shot head of random class embeddings `[C, E]`
-    (normal(0.02)) and CLIP's initial logit scale; `zero_shot` puts prompt embeddings there.
+    Each family's own head (its `Architecture.head`), initialised as `transformers` does
+    (normal(0.02) kernels, zero biases): BERT a dense layer on the tanh pooler, which must exist;
+    RoBERTa, ELECTRA, DistilBERT and DeBERTa their two-layer head (`pre_classifier`, then
+    `classifier`); ViT a dense layer on CLS, DeiT with its teacher's head a
+    `distillation_classifier` too, DINOv2 one on `[CLS, mean patch]`. Vision towers (CLIP's, or
+    a dual encoder's ViT with `projection_dim`): a zero-shot head of random class embeddings
+    `[C, E]` (normal(0.02)) and CLIP's initial logit scale; `zero_shot` puts prompt embeddings
+    there.
     """
     checks.count("num_labels", num_labels)
     config = model.config
-    two_layers = isinstance(config, BertConfig) and config.variant.head != "pooler"
-    if isinstance(config, BertConfig) and not (config.pooler or two_layers):
-        raise ValueError("a BERT sequence classifier reads the pooler, which this model lacks")
-    zero_shot_vit = isinstance(config, ViTConfig) and config.projection_dim > 0
+    new_head = architecture(config).head
+    if new_head is None or isinstance(config, HydraConfig):
+        raise TypeError(
+            f"with_classifier takes BERT-family, ViT-family or vision-tower models, not "
+            f"{type(config).__name__}"
+        )
+    head = new_head(config, num_labels, rng)
     old_head = ("pre_classifier", "classifier", "distillation_classifier", "class_embeds",
                 "logit_scale")  # fmt: skip
     params = {k: v for k, v in model.params.items() if k not in old_head}
-    if isinstance(config, BertConfig | ViTConfig) and not zero_shot_vit:
-        width = config.encoder.width
-
-        def dense(key: jax.Array, outputs: int, inputs: int = width) -> dict[str, jax.Array]:
-            kernel = 0.02 * jax.random.normal(key, (inputs, outputs), jnp.float32)
-            return {"kernel": kernel, "bias": jnp.zeros(outputs)}
-
-        dinov2 = isinstance(config, ViTConfig) and config.model_type == "dinov2"
-        head = {"classifier": dense(rng, num_labels, 2 * width if dinov2 else width)}
-        if two_layers:
-            head["pre_classifier"] = dense(jax.random.fold_in(rng, 1), width)
-        if isinstance(config, ViTConfig) and config.distilled_head:
-            head["distillation_classifier"] = dense(jax.random.fold_in(rng, 2), num_labels)
-    elif isinstance(config, CLIPVisionTowerConfig) or zero_shot_vit:
-        E = config.projection_dim
-        head = {
-            "class_embeds": 0.02 * jax.random.normal(rng, (num_labels, E), jnp.float32),
-            "logit_scale": jnp.asarray(LOGIT_SCALE_INIT, jnp.float32),
-        }
-    else:
-        raise TypeError(
-            f"with_classifier takes BERT, ViT or CLIP vision-tower models, not "
-            f"{type(config).__name__}"
-        )
     return Model(dataclasses.replace(config, num_labels=num_labels), {**params, **head})
 
 
@@ -252,32 +204,9 @@ def with_dtype(model: Model, dtype: str) -> Model:
 def vision_tower(model: Model) -> Model:
     """The vision tower of a CLIP model or a dual encoder as a model of its own: `embeds` are
     the projected image embeddings (before normalisation); shared weights, no copy."""
-    config = model.config
-    if isinstance(config, CLIPConfig):
-        tower = CLIPVisionTowerConfig(config.vision, config.projection_dim)
-        return Model(tower, model.params["vision"])
-    if isinstance(config, DualEncoderConfig):
-        vit = dataclasses.replace(config.vision, num_labels=0, projection_dim=config.projection_dim)
-        params = {**model.params["vision_model"], "projection": model.params["visual_projection"]}
-        return Model(vit, params)
-    raise TypeError(
-        f"vision_tower takes a CLIP model or a dual encoder, not {type(config).__name__}"
-    )
-
-
-def dummy_inputs(config: ArchConfig) -> Mapping[str, jax.Array]:
-    """The smallest batch that initialises every weight of `config`'s architecture."""
-
-    def image(image_size: int, num_channels: int) -> jax.Array:
-        return jnp.zeros((1, num_channels, image_size, image_size), jnp.float32)
-
-    if isinstance(config, BertConfig):
-        return {"input_ids": jnp.zeros((1, 1), jnp.int32)}
-    if isinstance(config, ViTConfig):
-        return {"pixel_values": image(config.image_size, config.num_channels)}
-    if isinstance(config, CLIPVisionTowerConfig):
-        return {"pixel_values": image(config.vision.image_size, config.vision.num_channels)}
-    return {
-        "input_ids": jnp.zeros((1, 1), jnp.int32),
-        "pixel_values": image(config.vision.image_size, config.vision.num_channels),
-    }
+    take = architecture(model.config).vision_tower
+    if take is None or isinstance(model.config, HydraConfig):
+        raise TypeError(
+            f"vision_tower takes a CLIP model or a dual encoder, not {type(model.config).__name__}"
+        )
+    return Model(*take(model.config, model.params))

@@ -17,8 +17,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from hydra_jax.models.config import CLIPConfig, DualEncoderConfig
-from hydra_jax.models.inputs import input_names
+from hydra_jax.models.architectures import architecture, input_names
 from hydra_jax.models.model import Model, vision_tower
 from hydra_jax.models.vit import normalise
 
@@ -78,7 +77,7 @@ def zero_shot(
 ) -> Model:
     """The vision tower of `model` (CLIP or dual encoder) as a `len(class_names)`-way zero-shot
     classifier over prompt-ensemble class embeddings, with the model's own logit scale."""
-    if not isinstance(model.config, CLIPConfig | DualEncoderConfig):
+    if architecture(model.config).vision_tower is None:
         raise TypeError(
             f"zero_shot takes a CLIP model or a dual encoder, not {type(model.config).__name__}"
         )

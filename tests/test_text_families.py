@@ -1,4 +1,4 @@
-"""RoBERTa (and XLM-RoBERTa, CamemBERT), DistilBERT, ELECTRA and DeBERTa-v2/v3 against
+"""RoBERTa (and XLM-RoBERTa, CamemBERT), DistilBERT, ELECTRA, DeBERTa-v2/v3 and ModernBERT against
 `transformers`, on tiny random models: logits and hidden states under head masks, export that
 `transformers` loads, compact == masked, fused == members, circuit search == its definition,
 bf16, and HIS against a PyTorch per-example reference."""
@@ -78,6 +78,17 @@ FAMILIES = {
              norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False,
              type_vocab_size=0),
         "deberta", "encoder.layer:attention.output.dense",
+    ),
+    # ModernBERT-base's settings (no biases, mean pooling, global then local layers) with a
+    # local window of 2 either side, shorter than a batch's 7 tokens; heads of even width 6.
+    "modernbert": Family(
+        transformers.ModernBertConfig, transformers.ModernBertForSequenceClassification,
+        dict(vocab_size=V, hidden_size=N * 6, num_hidden_layers=L, num_attention_heads=N,
+             intermediate_size=F, max_position_embeddings=POSITIONS, local_attention=4,
+             global_attn_every_n_layers=2, classifier_pooling="mean", pad_token_id=0,
+             bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2,
+             attn_implementation="eager"),
+        "model", "layers:attn.Wo",
     ),
 }  # fmt: skip
 # DeBERTa-v2's other settings: separate position projections, exact distances clipped at 3 (a
@@ -252,6 +263,32 @@ def test_deberta_v2_settings_equal_transformers_and_export(tmp_path):
                          ours(**inputs, head_mask=keep.astype(np.float32)).logits)  # fmt: skip
     hj.save_pretrained(ours, tmp_path / "ours")
     reloaded = transformers.DebertaV2ForSequenceClassification.from_pretrained(tmp_path / "ours")
+    with torch.no_grad():
+        logits = reloaded.eval()(**{k: torch.tensor(v) for k, v in inputs.items()}).logits
+    testing.assert_close(ours(**inputs).logits, to_numpy(logits))
+
+
+def test_modernbert_with_biases_and_cls_pooling_equals_transformers_and_exports(tmp_path):
+    fields = dict(FAMILIES["modernbert"].fields, classifier_pooling="cls", norm_bias=True,
+                  attention_bias=True, mlp_bias=True, classifier_bias=True, local_attention=6,
+                  global_attn_every_n_layers=3, global_rope_theta=500.0)  # fmt: skip
+    torch.manual_seed(13)
+    reference = transformers.ModernBertForSequenceClassification(
+        transformers.ModernBertConfig(**fields, num_labels=3)
+    ).eval()
+    reference.save_pretrained(tmp_path / "hf")
+    ours = hj.from_pretrained(tmp_path / "hf")
+    assert ours.config.encoder.windows == (0, 3) and ours.config.encoder.rotary[0] == 500.0
+    inputs = batch("modernbert")
+    mask = head_masks()[2]
+    with masked_heads(FAMILIES["modernbert"].projections(reference), mask), torch.no_grad():
+        tensors = {k: torch.tensor(v) for k, v in inputs.items()}
+        expected = reference(**tensors, output_attentions=True)
+        hidden = reference.model(**tensors).last_hidden_state
+    assert_outputs_close(ours(**inputs, head_mask=mask, output_attentions=True), expected, hidden,
+                         "modernbert with biases")  # fmt: skip
+    hj.save_pretrained(ours, tmp_path / "ours")
+    reloaded = transformers.ModernBertForSequenceClassification.from_pretrained(tmp_path / "ours")
     with torch.no_grad():
         logits = reloaded.eval()(**{k: torch.tensor(v) for k, v in inputs.items()}).logits
     testing.assert_close(ours(**inputs).logits, to_numpy(logits))

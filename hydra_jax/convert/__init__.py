@@ -8,7 +8,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hydra_jax.convert import bert, clip, deberta, dinov2, distilbert, dual_encoder, vit
+from hydra_jax.convert import (
+    bert,
+    clip,
+    deberta,
+    dinov2,
+    distilbert,
+    dual_encoder,
+    modernbert,
+    vit,
+)
 from hydra_jax.convert.common import ConversionError, load_config, read_state_dict
 from hydra_jax.convert.native import load_model, save_model
 from hydra_jax.convert.torch_pickle import UnsafePickleError
@@ -29,6 +38,7 @@ FORMATS: dict[str, Format] = {
     **dict.fromkeys(bert.FAMILIES, Format(bert.load, bert.export)),  # bert, roberta, ..., electra
     distilbert.MODEL_TYPE: Format(distilbert.load, distilbert.export),
     deberta.MODEL_TYPE: Format(deberta.load, deberta.export),  # DeBERTa-v2 and v3
+    modernbert.MODEL_TYPE: Format(modernbert.load, modernbert.export),
     **dict.fromkeys(vit.FAMILIES, Format(vit.load, vit.export)),  # vit, deit
     dinov2.MODEL_TYPE: Format(dinov2.load, dinov2.export),
     "clip": Format(clip.load),

@@ -22,6 +22,7 @@ from hydra_jax.models import (
     EncoderConfig,
     HydraConfig,
     Model,
+    ModernBertConfig,
     RelativeAttention,
     ViTConfig,
 )
@@ -31,7 +32,7 @@ _CONFIGS = {
     c.__name__: c
     for c in (EncoderConfig, BertConfig, ViTConfig, CLIPTextConfig, CLIPVisionConfig,
               CLIPConfig, CLIPVisionTowerConfig, DualEncoderConfig, HydraConfig,
-              RelativeAttention)
+              ModernBertConfig, RelativeAttention)
 }  # fmt: skip
 CONFIG_FILE = "model_config.json"
 

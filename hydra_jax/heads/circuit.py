@@ -82,9 +82,9 @@ class CircuitSearch:
                                 layers=(l, l + 1))[0]  # fmt: skip
 
         def suffix(params, batch, x, mask, l):  # logits [B, C] from the input of layer l
-            hidden, _ = model.encode(params, stem(params, batch, x), head_mask=mask,
-                                     layers=(l, self.L))  # fmt: skip
-            return model.head(params, hidden).logits
+            s = stem(params, batch, x)
+            hidden, _ = model.encode(params, s, head_mask=mask, layers=(l, self.L))
+            return model.head(params, hidden, key_mask=s.key_mask).logits
 
         self._advance = jax.jit(advance, static_argnames="l")
         self._suffix = jax.jit(suffix, static_argnames="l")

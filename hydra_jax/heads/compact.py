@@ -57,10 +57,9 @@ def compact_encoder(
             if "bias" in attention[name]:
                 projection["bias"] = to_host(attention[name]["bias"])[index]  # [n, K]
             attention[name] = projection
-        attention["out"] = {
-            "kernel": to_host(attention["out"]["kernel"])[index],  # [n, K, D]
-            "bias": attention["out"]["bias"],  # an emptied layer outputs this bias alone
-        }
+        # An emptied layer outputs the output bias alone (zeros where there is none).
+        out = {"kernel": to_host(attention["out"]["kernel"])[index]}  # [n, K, D]
+        attention["out"] = {**attention["out"], **out}
         layer["attention"] = attention
         layers[f"layer_{l}"] = layer
     counts = tuple(int(r.sum()) for r in rows)

@@ -26,6 +26,7 @@ from hydra_jax.models.config import (
     EncoderConfig,
     HydraConfig,
     MemberConfig,
+    ModernBertConfig,
     RelativeAttention,
     ViTConfig,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "MemberConfig",
     "Model",
     "ModelOutput",
+    "ModernBertConfig",
     "RelativeAttention",
     "Stem",
     "ViTConfig",

@@ -30,10 +30,12 @@ from hydra_jax.models.config import (
     DualEncoderConfig,
     EncoderConfig,
     HydraConfig,
+    ModernBertConfig,
     ViTConfig,
 )
 from hydra_jax.models.dual_encoder import DualEncoder
 from hydra_jax.models.inputs import check_pixels, check_text, concrete, token_types
+from hydra_jax.models.modernbert import ModernBert
 from hydra_jax.models.vit import ViT
 
 Params = Any
@@ -99,6 +101,10 @@ def _check_bert(c: BertConfig, inputs: Mapping[str, Any]) -> None:
     check_text(inputs, c.vocab_size, c.max_tokens, token_types(c))
 
 
+def _check_modernbert(c: ModernBertConfig, inputs: Mapping[str, Any]) -> None:
+    check_text(inputs, c.vocab_size, c.max_tokens, None)  # token types ignored, as in HF
+
+
 def _check_vit(c: ViTConfig, inputs: Mapping[str, Any]) -> None:
     any_size = c.patch_size if c.model_type == "dinov2" else 0  # DINOv2 resizes its positions
     check_pixels(inputs.get("pixel_values"), c.image_size, c.num_channels, any_size)
@@ -145,6 +151,18 @@ def _bert_head(c: BertConfig, num_labels: int, key: jax.Array) -> dict[str, Any]
             "pre_classifier": _dense(jax.random.fold_in(key, 1), D, D)}  # fmt: skip
 
 
+def _modernbert_head(c: ModernBertConfig, num_labels: int, key: jax.Array) -> dict[str, Any]:
+    """The head's dense layer (a bias only with `head_bias`) and norm, then the classifier."""
+    D = c.encoder.width
+    dense = _dense(jax.random.fold_in(key, 1), D, D)
+    norm = {"scale": jnp.ones(D)} | ({"bias": jnp.zeros(D)} if c.encoder.norm_bias else {})
+    return {
+        "classifier": _dense(key, D, num_labels),
+        "pre_classifier": dense if c.head_bias else {"kernel": dense["kernel"]},
+        "head_norm": norm,
+    }
+
+
 def _vit_head(c: ViTConfig, num_labels: int, key: jax.Array) -> dict[str, Any]:
     """A dense layer on CLS (DINOv2: on `[CLS, mean patch]`; DeiT with its teacher's head: a
     `distillation_classifier` too); a dual encoder's tower (`projection_dim`): zero-shot."""
@@ -179,6 +197,16 @@ ARCHITECTURES: dict[type, Architecture] = {
         hf_model_type=lambda c: c.model_type,
         shared_tables=("word_embeddings", "position_embeddings", "token_type_embeddings"),
         head=_bert_head,
+    ),
+    ModernBertConfig: Architecture(
+        module=ModernBert,
+        inputs=TEXT_INPUTS,
+        check=_check_modernbert,
+        dummy=lambda c: {"input_ids": _ids()},
+        towers=_SINGLE,
+        hf_model_type=lambda c: "modernbert",
+        shared_tables=("word_embeddings",),
+        head=_modernbert_head,
     ),
     ViTConfig: Architecture(
         module=ViT,

@@ -48,6 +48,32 @@ def padding_bias(
     return jnp.where(allowed, jnp.zeros((), dtype), jnp.finfo(dtype).min)
 
 
+def window_bias(bias: jax.Array | None, T: int, window: int, dtype: jnp.dtype) -> jax.Array:
+    """`bias` `[B, 1, T, S]` (or None: every key visible) with keys farther than `window`
+    positions from the query masked too (a local attention layer); one mask, so a query that
+    sees no key attends uniformly, as in `transformers`."""
+    positions = np.arange(T)
+    near = np.abs(positions[:, None] - positions[None, :]) <= window  # [T, S]
+    dtype = wide_dtype(dtype)
+    if bias is None:
+        return jnp.where(near, jnp.zeros((), dtype), jnp.finfo(dtype).min)[None, None]
+    return jnp.where(near[None, None], bias, jnp.finfo(bias.dtype).min)
+
+
+def rotary(x: jax.Array, theta: float) -> jax.Array:
+    """Rotary position embedding of `x` `[B, N, T, K]` at positions 0..T-1 with base `theta`,
+    computed in float32 as `transformers` does (each half of K rotated against the other)."""
+    T, K = x.shape[-2:]
+    inverse = 1.0 / (np.float32(theta) ** (np.arange(0, K, 2, dtype=np.float32) / np.float32(K)))
+    angles = np.arange(T, dtype=np.float32)[:, None] * inverse.astype(np.float32)[None]  # [T, K/2]
+    angles = np.concatenate([angles, angles], -1)  # [T, K]
+    wide = x.astype(wide_dtype(x.dtype))
+    half = K // 2
+    turned = jnp.concatenate([-wide[..., half:], wide[..., :half]], -1)
+    cos, sin = (jnp.asarray(f(angles), wide.dtype)[None, None] for f in (np.cos, np.sin))
+    return (wide * cos + turned * sin).astype(x.dtype)
+
+
 def log_buckets(distance: np.ndarray, buckets: int, max_distance: int) -> np.ndarray:
     """DeBERTa's bucketed distances: exact within `buckets // 2` of 0, logarithmic beyond, up to
     `max_distance`. float32 arithmetic, as `transformers` computes it (a bucket boundary is a
@@ -92,6 +118,8 @@ class Attention(nn.Module):
         and position-to-content terms read from the distance embeddings, all divided by
         sqrt(K * `relative.scale_factor`).
       position_dropout: dropout rate on the distance embeddings (DeBERTa's hidden dropout).
+      out_bias: whether the output projection carries a bias.
+      rotary_theta: rotary position embedding of queries and keys with this base (0: none).
     """
 
     num_heads: int
@@ -102,6 +130,8 @@ class Attention(nn.Module):
     dtype: jnp.dtype | None = None
     relative: RelativeAttention | None = None
     position_dropout: float = 0.0
+    out_bias: bool = True
+    rotary_theta: float = 0.0
 
     @nn.compact
     def __call__(
@@ -143,6 +173,8 @@ class Attention(nn.Module):
         # 0.88-0.91x (MiniLM) the time of normalising first, its gradient 0.91-0.99x.
         projections = {name: projection(name) for name in ("query", "key", "value")}
         q, k, v = (p(x).transpose(0, 2, 1, 3) for p in projections.values())
+        if self.rotary_theta:
+            q, k = rotary(q, self.rotary_theta), rotary(k, self.rotary_theta)
         divisor = K * (1 if self.relative is None else self.relative.scale_factor)
         q = q / jnp.sqrt(divisor).astype(q.dtype)  # q: [B, N, T, K]; k, v: [B, N, S, K]
         wide_t = wide_dtype(q.dtype)  # scores accumulate and stay in float32 in bf16 compute
@@ -166,7 +198,12 @@ class Attention(nn.Module):
         if head_mask is not None:
             context = context * head_mask.astype(v.dtype)[None, None, :, None]
         out = nn.DenseGeneral(
-            self.width, axis=(-2, -1), kernel_init=_kernel_init, dtype=self.dtype, name="out"
+            self.width,
+            axis=(-2, -1),
+            use_bias=self.out_bias,
+            kernel_init=_kernel_init,
+            dtype=self.dtype,
+            name="out",
         )(context)  # [B, T, D]
         return out, probs
 

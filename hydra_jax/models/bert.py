@@ -95,9 +95,12 @@ class Bert(StagedEncoder):
             return self.position_embeddings(jnp.cumsum(real, -1) * real + c.pad_token_id)
         return self.position_embeddings(jnp.arange(input_ids.shape[1]))[None]
 
-    def head(self, x: jax.Array, deterministic: bool = True) -> ModelOutput:
+    def head(
+        self, x: jax.Array, deterministic: bool = True, key_mask: jax.Array | None = None
+    ) -> ModelOutput:
         """Pooler (tanh of a dense layer on the first token) and the family's classifier on
-        `x` `[B, T, D]`."""
+        `x` `[B, T, D]` (`key_mask`: unused, every family's head takes it)."""
+        del key_mask
         c = self.config
         pooled = logits = None
         if c.pooler:

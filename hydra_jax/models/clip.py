@@ -127,8 +127,10 @@ class CLIPVision(StagedEncoder):
         positions = self.position_embedding(jnp.arange(x.shape[1]))
         return Stem(self.pre_norm(x + positions[None]))
 
-    def head(self, x: jax.Array, deterministic: bool = True) -> ModelOutput:
-        del deterministic  # no dropout after the encoder
+    def head(
+        self, x: jax.Array, deterministic: bool = True, key_mask: jax.Array | None = None
+    ) -> ModelOutput:
+        del deterministic, key_mask  # no dropout after the encoder; no padding
         pooled = self.post_norm(x[:, 0])  # [B, D]
         embeds = self.projection(wide(pooled))  # [B, E]
         logits = None

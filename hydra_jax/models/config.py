@@ -63,6 +63,17 @@ class EncoderConfig:
         their own dtype (float32); matmuls and hidden states run in `dtype`; attention softmax,
         LayerNorm statistics, logits, embeddings and losses are float32 whatever it is.
       relative: DeBERTa's disentangled attention, or None (positions enter only as embeddings).
+      out_bias: whether the attention output projection carries a bias.
+      mlp_bias: whether the MLP's dense layers carry biases.
+      norm_bias: whether the LayerNorms carry biases (ModernBERT: none of the three).
+      gated_mlp: GLU MLP (ModernBERT's GeGLU): `fc1` `[D, 2F]` gives an input and a gate, the
+        output is `fc2(activation(input) * gate)`.
+      rotary: per layer, the RoPE base theta of its queries and keys (ModernBERT: global and
+        local layers differ); empty for none.
+      windows: per layer, the largest |query - key| distance it attends over (ModernBERT's
+        local layers: half the local window), 0 for global attention; empty for all global.
+      first_norm: layer 0 normalises its attention input (ModernBERT's does not: its embedding
+        stage ends in a norm).
     """
 
     num_heads: tuple[int, ...]
@@ -79,10 +90,22 @@ class EncoderConfig:
     dtype: str = "float32"
     layer_scale: bool = False
     relative: RelativeAttention | None = None
+    out_bias: bool = True
+    mlp_bias: bool = True
+    norm_bias: bool = True
+    gated_mlp: bool = False
+    rotary: tuple[float, ...] = ()
+    windows: tuple[int, ...] = ()
+    first_norm: bool = True
 
     def __post_init__(self) -> None:
         if self.dtype not in COMPUTE_DTYPES:
             raise ValueError(f"compute dtype {self.dtype!r} is not one of {COMPUTE_DTYPES}")
+        for name in ("rotary", "windows"):
+            if getattr(self, name) and len(getattr(self, name)) != len(self.num_heads):
+                raise ValueError(f"{name} needs one entry per layer ({len(self.num_heads)})")
+        if self.rotary and self.head_dim % 2:
+            raise ValueError(f"rotary positions need an even head_dim, got {self.head_dim}")
         if self.layer_scale and not self.pre_norm:
             raise ValueError("layer scale is modelled for pre-LN stacks only")
 
@@ -174,6 +197,44 @@ class BertConfig:
         """The longest sequence the position table serves."""
         offset = self.pad_token_id + 1 if self.variant.positions_after_padding else 0
         return self.max_positions - offset
+
+
+POOLINGS = ("cls", "mean")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModernBertConfig:
+    """A ModernBERT encoder; `num_labels == 0` means no sequence classifier.
+
+    Attributes:
+      max_positions: the longest sequence (`max_position_embeddings`; rotary positions have no
+        table, this is the length the checkpoint was trained for).
+      pooling: what the classifier reads, `cls` (the first token) or `mean` (the mean over real
+        tokens), after the final norm.
+      head_bias: whether the head's dense layer carries a bias (`classifier_bias`).
+      head_activation: the head's activation (`classifier_activation`).
+      classifier_dropout: dropout before the classifier.
+      embedding_dropout: dropout after the embedding norm.
+    """
+
+    encoder: EncoderConfig
+    vocab_size: int
+    max_positions: int
+    pad_token_id: int = 0
+    num_labels: int = 0
+    pooling: str = "cls"
+    head_bias: bool = False
+    head_activation: str = "gelu"
+    classifier_dropout: float = 0.0
+    embedding_dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling {self.pooling!r} is not one of {POOLINGS}")
+
+    @property
+    def max_tokens(self) -> int:
+        return self.max_positions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,7 +331,7 @@ class DualEncoderConfig:
     logit_scale_init: float = 2.6592
 
 
-MemberConfig = BertConfig | ViTConfig | CLIPVisionTowerConfig
+MemberConfig = BertConfig | ModernBertConfig | ViTConfig | CLIPVisionTowerConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,7 +347,13 @@ class HydraConfig:
 
 
 ArchConfig = (
-    BertConfig | ViTConfig | CLIPConfig | CLIPVisionTowerConfig | DualEncoderConfig | HydraConfig
+    BertConfig
+    | ModernBertConfig
+    | ViTConfig
+    | CLIPConfig
+    | CLIPVisionTowerConfig
+    | DualEncoderConfig
+    | HydraConfig
 )
 
 

@@ -8,7 +8,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hydra_jax.models.attention import Attention, wide_dtype
+from hydra_jax.models.attention import Attention, wide_dtype, window_bias
 from hydra_jax.models.config import EncoderConfig
 from hydra_jax.models.outputs import Stem
 
@@ -54,32 +54,53 @@ class LayerNorm(nn.Module):
     """
 
     epsilon: float
+    use_bias: bool = True
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         D = x.shape[-1]
         scale = self.param("scale", nn.initializers.ones, (D,), jnp.float32)
-        bias = self.param("bias", nn.initializers.zeros, (D,), jnp.float32)
         dtype = wide_dtype(x.dtype)
         shape = (1,) * (x.ndim - 1) + (D,)  # explicit ranks: [..., 1] statistics, [1.., D] params
         h = x.astype(dtype)
         mean = h.mean(-1, keepdims=True)
         var = jnp.square(h - mean).mean(-1, keepdims=True)
         mul = jax.lax.rsqrt(var + self.epsilon) * scale.astype(dtype).reshape(shape)
+        if not self.use_bias:
+            return ((h - mean) * mul).astype(x.dtype)
+        bias = self.param("bias", nn.initializers.zeros, (D,), jnp.float32)
         return ((h - mean) * mul + bias.astype(dtype).reshape(shape)).astype(x.dtype)
 
 
 class Mlp(nn.Module):
+    """Two dense layers; `gated`: `fc1` gives an input and a gate `[B, T, F]` each (GLU)."""
+
     mlp_dim: int
     width: int
     activation: str
     dtype: jnp.dtype | None = None
+    use_bias: bool = True
+    gated: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        fc1 = nn.Dense(self.mlp_dim, dtype=self.dtype, name="fc1")
-        h = ACTIVATIONS[self.activation](fc1(x))  # [B, T, F]
-        return nn.Dense(self.width, dtype=self.dtype, name="fc2")(h)  # [B, T, D]
+        F = self.mlp_dim * (2 if self.gated else 1)
+        h = nn.Dense(F, use_bias=self.use_bias, dtype=self.dtype, name="fc1")(x)
+        if self.gated:
+            h, gate = jnp.split(h, 2, axis=-1)  # [B, T, F] each
+            h = ACTIVATIONS[self.activation](h) * gate
+        else:
+            h = ACTIVATIONS[self.activation](h)  # [B, T, F]
+        return nn.Dense(self.width, use_bias=self.use_bias, dtype=self.dtype, name="fc2")(h)
+
+
+def mlp_block(c: EncoderConfig, name: str | None = None) -> Mlp:
+    return Mlp(c.mlp_dim, c.width, c.activation, compute_dtype(c), c.mlp_bias, c.gated_mlp,
+               name=name)  # fmt: skip
+
+
+def layer_norm(c: EncoderConfig, name: str | None = None) -> LayerNorm:
+    return LayerNorm(c.layer_norm_eps, c.norm_bias, name=name)
 
 
 Scale = Callable[[jax.Array], jax.Array]
@@ -103,10 +124,24 @@ def layer_scales(module: nn.Module, c: EncoderConfig) -> dict[str, Scale]:
     return out
 
 
-def attention_block(c: EncoderConfig, num_heads: int, name: str | None = None) -> Attention:
-    """A layer's attention module as the stack's config describes it (encoder and fusion)."""
+def attention_block(
+    c: EncoderConfig, layer: int, num_heads: int, name: str | None = None
+) -> Attention:
+    """Layer `layer`'s attention module as the stack's config describes it (encoder, fusion)."""
     return Attention(num_heads, c.head_dim, c.width, c.qkv_bias, c.attention_dropout,
-                     compute_dtype(c), c.relative, c.dropout, name=name)  # fmt: skip
+                     compute_dtype(c), c.relative, c.dropout, c.out_bias,
+                     c.rotary[layer] if c.rotary else 0.0, name=name)  # fmt: skip
+
+
+def layer_bias(c: EncoderConfig, layer: int, bias: jax.Array | None, T: int) -> jax.Array | None:
+    """The attention bias of layer `layer`: the stack's, and a local layer's window."""
+    if not (c.windows and c.windows[layer]):
+        return bias
+    return window_bias(bias, T, c.windows[layer], compute_dtype(c) or jnp.float32)
+
+
+def has_attention_norm(c: EncoderConfig, layer: int) -> bool:
+    return c.first_norm or layer > 0
 
 
 def distance_embeddings(params: dict, c: EncoderConfig) -> jax.Array:
@@ -121,6 +156,7 @@ def distance_embeddings(params: dict, c: EncoderConfig) -> jax.Array:
 class EncoderLayer(nn.Module):
     config: EncoderConfig
     num_heads: int
+    index: int = 0  # the layer's place in the stack (its rotary base, window, first norm)
 
     @nn.compact
     def __call__(
@@ -131,13 +167,17 @@ class EncoderLayer(nn.Module):
         deterministic: bool,
         distances: jax.Array | None = None,
     ) -> tuple[jax.Array, jax.Array]:
-        c, dtype = self.config, compute_dtype(self.config)
-        attention = attention_block(c, self.num_heads, name="attention")
-        mlp = Mlp(c.mlp_dim, c.width, c.activation, dtype, name="mlp")
-        attention_norm = LayerNorm(c.layer_norm_eps, name="attention_norm")
-        mlp_norm = LayerNorm(c.layer_norm_eps, name="mlp_norm")
+        c, l = self.config, self.index
+        attention = attention_block(c, l, self.num_heads, name="attention")
+        mlp = mlp_block(c, name="mlp")
+        if has_attention_norm(c, l):
+            attention_norm = layer_norm(c, name="attention_norm")
+        else:
+            attention_norm = lambda h: h  # noqa: E731 (ModernBERT's layer 0)
+        mlp_norm = layer_norm(c, name="mlp_norm")
         drop = nn.Dropout(c.dropout, deterministic=deterministic)
         scale = layer_scales(self, c)
+        bias = layer_bias(c, l, bias, x.shape[1])
         if c.pre_norm:
             a, probs = attention(attention_norm(x), bias, head_mask, deterministic, distances)
             x = x + drop(scale["attention"](a))
@@ -187,7 +227,7 @@ class Encoder(nn.Module):
         attentions = []
         for l in range(start, stop):
             mask = None if head_mask is None else head_mask[l]
-            layer = EncoderLayer(c, c.num_heads[l], name=f"layer_{l}")
+            layer = EncoderLayer(c, c.num_heads[l], l, name=f"layer_{l}")
             x, probs = layer(x, bias, mask, deterministic, distances)
             attentions.append(probs)
         return x, tuple(attentions)

@@ -26,12 +26,12 @@ from hydra_jax.models.architectures import architecture
 from hydra_jax.models.attention import Attention
 from hydra_jax.models.config import EncoderConfig, HydraConfig, MemberConfig
 from hydra_jax.models.encoder import (
-    LayerNorm,
-    Mlp,
     attention_block,
     channels,
-    compute_dtype,
     distance_embeddings,
+    layer_bias,
+    layer_norm,
+    mlp_block,
 )
 from hydra_jax.models.outputs import ModelOutput
 
@@ -92,12 +92,12 @@ class _Ops:
 
     def __init__(self, e: EncoderConfig):
         self.e = e
-        self.norm = LayerNorm(e.layer_norm_eps)
-        self.mlp = Mlp(e.mlp_dim, e.width, e.activation, compute_dtype(e))
+        self.norm = layer_norm(e)
+        self.mlp = mlp_block(e)
         self.drop = nn.Dropout(e.dropout)
 
-    def attention(self, n: int) -> Attention:
-        return attention_block(self.e, n)
+    def attention(self, l: int, n: int) -> Attention:
+        return attention_block(self.e, l, n)
 
     def dropout(self, x: jax.Array, key: jax.Array | None) -> jax.Array:
         if key is None:
@@ -114,18 +114,18 @@ def _scaled(h: jax.Array, scale: jax.Array | None) -> jax.Array:
 
 
 def _attend(ops: _Ops, attention: Attention, bias: jax.Array | None):
-    """One member's attention block: `(weights, its norm, its layer scale or None, stream,
-    dropout key, its distance embeddings or None) -> [B, T, D]`."""
+    """One member's attention block: `(weights, its norm or None, its layer scale or None,
+    stream, dropout key, its distance embeddings or None) -> [B, T, D]`."""
 
     def attend(
         p: Params,
-        norm: Params,
+        norm: Params | None,
         scale: jax.Array | None,
         h: jax.Array,
         key: jax.Array | None,
         distances: jax.Array | None,
     ) -> jax.Array:
-        if ops.e.pre_norm:
+        if ops.e.pre_norm and norm is not None:
             h = ops.layer_norm(norm, h)
         rngs = None if key is None else {"dropout": key}
         out, _ = attention.apply({"params": p}, h, bias, None, key is None, distances, rngs=rngs)
@@ -149,10 +149,11 @@ def encode(
         distances = jax.vmap(lambda p: distance_embeddings(p, e))(members["encoder"])
     for l, n in enumerate(e.num_heads):
         own, mlp = members["encoder"][f"layer_{l}"], shared["encoder"][f"layer_{l}"]["mlp"]
-        attend = _attend(ops, ops.attention(n), bias)
+        attend = _attend(ops, ops.attention(l, n), layer_bias(e, l, bias, x.shape[2]))
         keys = _keys(rng, M, 4 * l)
         scale = own.get("attention_scale")  # [M, D] with layer scale (DINOv2), else None
-        a = _vmap(attend, own["attention"], own["attention_norm"], scale, x, keys, distances)
+        first = own.get("attention_norm")  # None: ModernBERT's layer 0
+        a = _vmap(attend, own["attention"], first, scale, x, keys, distances)
         norm = jax.vmap(ops.layer_norm)
         if e.pre_norm:
             x = x + a
@@ -209,6 +210,7 @@ def apply(
     stems = _vmap(embed, members, _keys(rng, M, _EMBED_SALT), replicated)
     bias = None if stems.bias is None else stems.bias[0]  # the same for every member
     x = encode(config.member.encoder, members, shared, stems.hidden, bias, rng)  # [M, B, T, D]
-    head = lambda own, h, key: stage("head", own, key, h)  # noqa: E731
+    key_mask = None if stems.key_mask is None else stems.key_mask[0]  # [B, S], every member's
+    head = lambda own, h, key: stage("head", own, key, h, key_mask=key_mask)  # noqa: E731
     out = _vmap(head, members, x, _keys(rng, M, _HEAD_SALT))
     return jax.tree.map(lambda y: jnp.swapaxes(y, 0, 1), out)  # [B, M, ...]

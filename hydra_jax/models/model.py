@@ -141,11 +141,16 @@ class Model:
         return self._stage("encode", params, dropout_rng, stem, head_mask, layers=layers)
 
     def head(
-        self, params: Params, hidden: jax.Array, dropout_rng: jax.Array | None = None
+        self,
+        params: Params,
+        hidden: jax.Array,
+        dropout_rng: jax.Array | None = None,
+        key_mask: jax.Array | None = None,
     ) -> ModelOutput:
-        """Final norms, pooling and classifier on the last layer's output `[B, T, D]`."""
+        """Final norms, pooling and classifier on the last layer's output `[B, T, D]`;
+        `key_mask` `[B, S]` (the stem's) for a head that pools over real tokens."""
         self._single_encoder("head")
-        return self._stage("head", params, dropout_rng, hidden)
+        return self._stage("head", params, dropout_rng, hidden, key_mask=key_mask)
 
     def _single_encoder(self, stage: str) -> EncoderConfig:
         try:
@@ -185,8 +190,8 @@ def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
             f"{type(config).__name__}"
         )
     head = new_head(config, num_labels, rng)
-    old_head = ("pre_classifier", "classifier", "distillation_classifier", "class_embeds",
-                "logit_scale")  # fmt: skip
+    old_head = ("pre_classifier", "classifier", "head_norm", "distillation_classifier",
+                "class_embeds", "logit_scale")  # fmt: skip
     params = {k: v for k, v in model.params.items() if k not in old_head}
     return Model(dataclasses.replace(config, num_labels=num_labels), {**params, **head})
 

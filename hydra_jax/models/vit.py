@@ -137,8 +137,10 @@ class ViT(StagedEncoder):
         x = x + positions[None].astype(x.dtype)
         return Stem(self.Dropout_0(x, deterministic=deterministic))
 
-    def head(self, x: jax.Array, deterministic: bool = True) -> ModelOutput:
-        del deterministic  # no dropout after the encoder
+    def head(
+        self, x: jax.Array, deterministic: bool = True, key_mask: jax.Array | None = None
+    ) -> ModelOutput:
+        del deterministic, key_mask  # no dropout after the encoder; no padding
         c = self.config
         x = self.final_norm(x)
         pooled = logits = embeds = None

@@ -25,7 +25,13 @@ import hydra_jax as hj
 from configs import custom as custom_config
 from hydra_jax.data.files import DataError
 from hydra_jax.experiments import custom
-from hydra_jax.models import BertConfig, EncoderConfig, ViTConfig
+from hydra_jax.models import (
+    BertConfig,
+    EncoderConfig,
+    ModernBertConfig,
+    RelativeAttention,
+    ViTConfig,
+)
 
 REPO = Path(__file__).parent.parent
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
@@ -192,15 +198,35 @@ def test_bad_study_data_is_refused_before_training(tmp_path, text_encoder_dir):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("family", ["roberta", "distilbert"])
-def test_the_study_runs_on_other_text_families(tmp_path, text_encoder_dir, family):
-    """A RoBERTa (positions counted from its padding id) and a DistilBERT (no token types)
-    classifier through the generic study, as the BERT encoder goes."""
-    bert = hj.from_pretrained(text_encoder_dir).config
-    config = dataclasses.replace(
+def family_config(family: str, bert: BertConfig) -> BertConfig | ModernBertConfig:
+    """A classifier of `family` with the tiny BERT's sizes and vocabulary."""
+    e = bert.encoder
+    if family == "modernbert":  # pre-LN, rotary (even head widths), a local layer, GeGLU
+        encoder = dataclasses.replace(
+            e, width=2 * e.width, head_dim=2 * e.head_dim, pre_norm=True, qkv_bias=False,
+            out_bias=False, mlp_bias=False, norm_bias=False, gated_mlp=True,
+            rotary=(160_000.0, 10_000.0), windows=(0, 4), first_norm=False,
+        )  # fmt: skip
+        return ModernBertConfig(encoder, bert.vocab_size, bert.max_positions, num_labels=2,
+                                pooling="mean")  # fmt: skip
+    if family == "deberta-v2":  # relative positions only, 4 log buckets
+        relative = RelativeAttention(span=4, buckets=4, max_distance=bert.max_positions)
+        return dataclasses.replace(
+            bert, model_type=family, encoder=dataclasses.replace(e, relative=relative),
+            absolute_positions=False, type_vocab_size=0, pooler=False, num_labels=2,
+        )  # fmt: skip
+    return dataclasses.replace(
         bert, model_type=family, type_vocab_size=1 if family == "roberta" else 0,
         max_positions=bert.max_positions + 1, pooler=False, num_labels=2,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("family", ["roberta", "distilbert", "deberta-v2", "modernbert"])
+def test_the_study_runs_on_other_text_families(tmp_path, text_encoder_dir, family):
+    """A RoBERTa (positions counted from its padding id), a DistilBERT (no token types), a
+    DeBERTa-v3 (relative positions) and a ModernBERT (rotary, local attention, mean pooling)
+    classifier through the generic study, as the BERT encoder goes."""
+    config = family_config(family, hj.from_pretrained(text_encoder_dir).config)
     path = tmp_path / family
     hj.save_pretrained(hj.Model.init(config, jax.random.key(1)), path)
     for name in TOKENIZER_FILES:  # the MiniLM tokenizer pads with 0: the model's pad_token_id
@@ -215,4 +241,6 @@ def test_the_study_runs_on_other_text_families(tmp_path, text_encoder_dir, famil
     custom.train(study, tmp_path / "run")
     results = custom.evaluate(study, tmp_path / "run")
     assert set(results["methods"]) == {"single", "hydra_taylor"}
-    assert hj.from_pretrained(tmp_path / "run" / "hf" / "member_0").config.model_type == family
+    member = hj.from_pretrained(tmp_path / "run" / "hf" / "member_0").config
+    assert type(member) is type(config) and member.encoder == config.encoder
+    assert getattr(member, "model_type", "modernbert") == family

@@ -1,16 +1,18 @@
 """Our jit-compiled forward vs the `transformers` PyTorch forward of the same checkpoint: the real
-MiniLM-L6 (batch 32 x 64 tokens); with `--family deberta` a random DeBERTa-v3-small-shaped model
-(768 wide, 6 layers of 12 heads, 256 position buckets, a 128,100-token vocabulary; batch 32 x 64
-tokens); or with `--family dinov2` a random DINOv2-S-shaped model (384 wide, 12 layers of 6
-heads, patch 14, positions for 518 px) on 224 px images (batch 8), its positions resized as a
-real DINOv2 checkpoint's are.
+MiniLM-L6 (batch 32 x 64 tokens), or a random model of a real checkpoint's shape:
+`--family deberta` DeBERTa-v3-small (768 wide, 6 layers of 12 heads, 256 position buckets, a
+128,100-token vocabulary; batch 32 x 64 tokens), `--family modernbert` ModernBERT-base (768
+wide, 22 layers of 12 heads, GeGLU 1152, local layers of 128 tokens between global ones; batch
+32 x 64), `--family dinov2` DINOv2-S (384 wide, 12 layers of 6 heads, patch 14, positions for
+518 px) on 224 px images (batch 8), its positions resized as a real DINOv2 checkpoint's are.
 
 CPU, fp32. Each side runs in its own process, the sides taking turns
 (bench/processes.py: PyTorch's spinning OpenMP threads would slow an XLA program in the same
 process); prints medians, the ratio (target: ours <= 1.0x PyTorch), XLA's FLOP count, the
 achieved GFLOP/s and the largest difference between the two outputs.
 
-    .venv/bin/python -m bench.forward [--family minilm|deberta|dinov2] [--rounds 4] [--repeats 10]
+    .venv/bin/python -m bench.forward [--family minilm|deberta|modernbert|dinov2]
+        [--rounds 4] [--repeats 10]
 """
 
 from __future__ import annotations
@@ -66,7 +68,22 @@ def deberta_v3_small(path: Path) -> None:
     transformers.DebertaV2Model(config).save_pretrained(path)
 
 
-RANDOM_MODELS = {"deberta": deberta_v3_small, "dinov2": dinov2_small}
+def modernbert_base(path: Path) -> None:
+    """A random ModernBERT-base (the shape of answerdotai/ModernBERT-base) saved to `path`."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.ModernBertConfig(
+        vocab_size=50368, hidden_size=768, num_hidden_layers=22, num_attention_heads=12,
+        intermediate_size=1152, local_attention=128, global_attn_every_n_layers=3,
+        pad_token_id=50283,
+    )  # fmt: skip
+    transformers.ModernBertModel(config).save_pretrained(path)
+
+
+RANDOM_MODELS = {"deberta": deberta_v3_small, "modernbert": modernbert_base, "dinov2": dinov2_small}
+NAMES = {"minilm": "MiniLM-L6", "deberta": "DeBERTa-v3-small", "modernbert": "ModernBERT-base"}
 
 
 def worker(side: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -100,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--worker", default=None)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--family", choices=("minilm", "deberta", "dinov2"), default="minilm")
+    parser.add_argument("--family", choices=(*NAMES, "dinov2"), default="minilm")
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--image-size", type=int, default=224)
@@ -123,8 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.family == "dinov2":
         shape = f"DINOv2-S forward, batch {args.batch} x {args.image_size} px"
     else:
-        name = "DeBERTa-v3-small" if args.family == "deberta" else "MiniLM-L6"
-        shape = f"{name} forward, batch {args.batch} x {args.tokens} tokens"
+        shape = f"{NAMES[args.family]} forward, batch {args.batch} x {args.tokens} tokens"
     print(f"{shape}, CPU fp32; "
           f"{args.rounds} rounds of separate processes taken in turns, {args.repeats} calls each; "
           f"torch threads {results['torch'][0]['threads']}")  # fmt: skip

@@ -16,6 +16,7 @@ from hydra_jax.convert import (
     distilbert,
     dual_encoder,
     modernbert,
+    siglip,
     vit,
 )
 from hydra_jax.convert.common import ConversionError, load_config, read_state_dict
@@ -40,8 +41,9 @@ FORMATS: dict[str, Format] = {
     deberta.MODEL_TYPE: Format(deberta.load, deberta.export),  # DeBERTa-v2 and v3
     modernbert.MODEL_TYPE: Format(modernbert.load, modernbert.export),
     **dict.fromkeys(vit.FAMILIES, Format(vit.load, vit.export)),  # vit, deit
-    dinov2.MODEL_TYPE: Format(dinov2.load, dinov2.export),
+    **dict.fromkeys(dinov2.NAMES, Format(dinov2.load, dinov2.export)),  # with registers too
     "clip": Format(clip.load),
+    siglip.MODEL_TYPE: Format(siglip.load),
     dual_encoder.MODEL_TYPE: Format(dual_encoder.load, dual_encoder.export),
 }
 

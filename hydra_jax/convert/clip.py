@@ -35,7 +35,7 @@ VISION_HANDLED = (*_TOWER, "image_size", "patch_size", "num_channels")
 IGNORED = (r"(text|vision)_model\.embeddings\.position_ids",)
 
 
-def _tower_rules(hf: str, ours: str) -> list[Rule]:
+def tower_rules(hf: str, ours: str) -> list[Rule]:
     layer, mine = f"{hf}.encoder.layers.{{l}}", f"{ours}/encoder/layer_{{l}}"
     return [
         *layer_norm(f"{layer}.layer_norm1", f"{mine}/attention_norm"),
@@ -56,7 +56,7 @@ def rules_for(config: CLIPConfig) -> list[Rule]:
         Rule(
             "text_model.embeddings.position_embedding.weight", "text/position_embedding/embedding"
         ),
-        *_tower_rules("text_model", "text"),
+        *tower_rules("text_model", "text"),
         *layer_norm("text_model.final_layer_norm", "text/final_norm"),
         *dense("text_projection", "text/projection", bias=False),
     ]
@@ -68,7 +68,7 @@ def rules_for(config: CLIPConfig) -> list[Rule]:
             "vision/position_embedding/embedding",
         ),
         *layer_norm("vision_model.pre_layrnorm", "vision/pre_norm"),
-        *_tower_rules("vision_model", "vision"),
+        *tower_rules("vision_model", "vision"),
         *layer_norm("vision_model.post_layernorm", "vision/post_norm"),
         *dense("visual_projection", "vision/projection", bias=False),
     ]

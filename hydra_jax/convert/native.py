@@ -24,6 +24,10 @@ from hydra_jax.models import (
     Model,
     ModernBertConfig,
     RelativeAttention,
+    SiglipConfig,
+    SiglipTextConfig,
+    SiglipVisionConfig,
+    SiglipVisionTowerConfig,
     ViTConfig,
 )
 from hydra_jax.models.sharding import is_primary
@@ -32,7 +36,8 @@ _CONFIGS = {
     c.__name__: c
     for c in (EncoderConfig, BertConfig, ViTConfig, CLIPTextConfig, CLIPVisionConfig,
               CLIPConfig, CLIPVisionTowerConfig, DualEncoderConfig, HydraConfig,
-              ModernBertConfig, RelativeAttention)
+              ModernBertConfig, RelativeAttention, SiglipConfig, SiglipTextConfig,
+              SiglipVisionConfig, SiglipVisionTowerConfig)
 }  # fmt: skip
 CONFIG_FILE = "model_config.json"
 

@@ -1,6 +1,7 @@
 """Functional transformer models: the BERT family (BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
-ELECTRA, DistilBERT, DeBERTa-v2/v3), ViT, DeiT, DINOv2 and CLIP, with a per-head mask; each
-family is one entry of the architecture table (`ARCHITECTURES`).
+ELECTRA, DistilBERT, DeBERTa-v2/v3), ModernBERT, ViT, DeiT, DINOv2 (with registers too), CLIP,
+SigLIP and ViT-BERT dual encoders, with a per-head mask; each architecture is one entry of the
+table `ARCHITECTURES`.
 
 Axis letters, used in every einsum, shape comment and docstring of the package (never reused):
 
@@ -28,6 +29,10 @@ from hydra_jax.models.config import (
     MemberConfig,
     ModernBertConfig,
     RelativeAttention,
+    SiglipConfig,
+    SiglipTextConfig,
+    SiglipVisionConfig,
+    SiglipVisionTowerConfig,
     ViTConfig,
 )
 from hydra_jax.models.model import Model, vision_tower, with_classifier, with_dtype
@@ -50,6 +55,10 @@ __all__ = [
     "ModelOutput",
     "ModernBertConfig",
     "RelativeAttention",
+    "SiglipConfig",
+    "SiglipTextConfig",
+    "SiglipVisionConfig",
+    "SiglipVisionTowerConfig",
     "Stem",
     "ViTConfig",
     "check_inputs",

@@ -23,6 +23,8 @@ import numpy as np
 from hydra_jax.models.bert import Bert
 from hydra_jax.models.clip import CLIP, LOGIT_SCALE_INIT, CLIPVision
 from hydra_jax.models.config import (
+    SIGLIP_LOGIT_BIAS_INIT,
+    SIGLIP_LOGIT_SCALE_INIT,
     ArchConfig,
     BertConfig,
     CLIPConfig,
@@ -31,11 +33,14 @@ from hydra_jax.models.config import (
     EncoderConfig,
     HydraConfig,
     ModernBertConfig,
+    SiglipConfig,
+    SiglipVisionTowerConfig,
     ViTConfig,
 )
 from hydra_jax.models.dual_encoder import DualEncoder
 from hydra_jax.models.inputs import check_pixels, check_text, concrete, token_types
 from hydra_jax.models.modernbert import ModernBert
+from hydra_jax.models.siglip import Siglip, SiglipVision
 from hydra_jax.models.vit import ViT
 
 Params = Any
@@ -106,7 +111,9 @@ def _check_modernbert(c: ModernBertConfig, inputs: Mapping[str, Any]) -> None:
 
 
 def _check_vit(c: ViTConfig, inputs: Mapping[str, Any]) -> None:
-    any_size = c.patch_size if c.model_type == "dinov2" else 0  # DINOv2 resizes its positions
+    # DINOv2 resizes its positions for other sizes (with registers, `transformers` resizes
+    # with antialiasing, which we do not model: the checkpoint's size only).
+    any_size = c.patch_size if c.model_type == "dinov2" else 0
     check_pixels(inputs.get("pixel_values"), c.image_size, c.num_channels, any_size)
 
 
@@ -117,6 +124,15 @@ def _check_clip_tower(c: CLIPVisionTowerConfig, inputs: Mapping[str, Any]) -> No
 def _check_clip(c: CLIPConfig, inputs: Mapping[str, Any]) -> None:
     check_text(inputs, c.text.vocab_size, c.text.max_positions, None)
     check_pixels(inputs.get("pixel_values"), c.vision.image_size, c.vision.num_channels)
+
+
+def _check_siglip_tower(c: SiglipVisionTowerConfig, inputs: Mapping[str, Any]) -> None:
+    check_pixels(inputs.get("pixel_values"), c.vision.image_size, c.vision.num_channels)
+
+
+def _check_siglip(c: SiglipConfig, inputs: Mapping[str, Any]) -> None:
+    check_text(inputs, c.text.vocab_size, c.text.max_positions, None)
+    _check_siglip_tower(SiglipVisionTowerConfig(c.vision), inputs)
 
 
 def _check_dual(c: DualEncoderConfig, inputs: Mapping[str, Any]) -> None:
@@ -136,6 +152,15 @@ def _zero_shot_head(E: int, num_labels: int, key: jax.Array) -> dict[str, Any]:
     return {
         "class_embeds": 0.02 * jax.random.normal(key, (num_labels, E), jnp.float32),
         "logit_scale": jnp.asarray(LOGIT_SCALE_INIT, jnp.float32),
+    }
+
+
+def _siglip_head(c: SiglipVisionTowerConfig, num_labels: int, key: jax.Array) -> dict[str, Any]:
+    """Random class embeddings `[C, D]` and SigLIP's initial logit scale and bias."""
+    return {
+        "class_embeds": 0.02 * jax.random.normal(key, (num_labels, c.encoder.width), jnp.float32),
+        "logit_scale": jnp.asarray(SIGLIP_LOGIT_SCALE_INIT, jnp.float32),
+        "logit_bias": jnp.asarray(SIGLIP_LOGIT_BIAS_INIT, jnp.float32),
     }
 
 
@@ -169,7 +194,7 @@ def _vit_head(c: ViTConfig, num_labels: int, key: jax.Array) -> dict[str, Any]:
     if c.projection_dim:
         return _zero_shot_head(c.projection_dim, num_labels, key)
     D = c.encoder.width
-    head = {"classifier": _dense(key, 2 * D if c.model_type == "dinov2" else D, num_labels)}
+    head = {"classifier": _dense(key, 2 * D if c.dinov2 else D, num_labels)}
     if c.distilled_head:
         head["distillation_classifier"] = _dense(jax.random.fold_in(key, 2), D, num_labels)
     return head
@@ -177,6 +202,10 @@ def _vit_head(c: ViTConfig, num_labels: int, key: jax.Array) -> dict[str, Any]:
 
 def _clip_vision_tower(c: CLIPConfig, params: Params) -> tuple[CLIPVisionTowerConfig, Params]:
     return CLIPVisionTowerConfig(c.vision, c.projection_dim), params["vision"]
+
+
+def _siglip_vision_tower(c: SiglipConfig, params: Params) -> tuple[Any, Params]:
+    return SiglipVisionTowerConfig(c.vision), params["vision"]
 
 
 def _dual_vision_tower(c: DualEncoderConfig, params: Params) -> tuple[ViTConfig, Params]:
@@ -215,7 +244,13 @@ ARCHITECTURES: dict[type, Architecture] = {
         dummy=lambda c: {"pixel_values": _image(c.image_size, c.num_channels)},
         towers=_SINGLE,
         hf_model_type=lambda c: c.model_type,
-        shared_tables=("patch", "cls_token", "distillation_token", "position_embeddings"),
+        shared_tables=(
+            "patch",
+            "cls_token",
+            "distillation_token",
+            "register_tokens",
+            "position_embeddings",
+        ),
         head=_vit_head,
     ),
     CLIPVisionTowerConfig: Architecture(
@@ -242,6 +277,31 @@ ARCHITECTURES: dict[type, Architecture] = {
         },
         hf_model_type=lambda c: "clip",
         vision_tower=_clip_vision_tower,
+    ),
+    SiglipVisionTowerConfig: Architecture(
+        module=lambda c: SiglipVision(c.vision, c.num_labels),
+        inputs=("pixel_values",),
+        check=_check_siglip_tower,
+        dummy=lambda c: {"pixel_values": _image(c.vision.image_size, c.vision.num_channels)},
+        towers={"": Tower(("vision",), (), "head_mask")},
+        hf_model_type=lambda c: None,
+        shared_tables=("patch", "position_embedding"),
+        head=_siglip_head,
+    ),
+    SiglipConfig: Architecture(
+        module=Siglip,
+        inputs=("input_ids", "attention_mask", "pixel_values"),
+        check=_check_siglip,
+        dummy=lambda c: {
+            "input_ids": _ids(),
+            "pixel_values": _image(c.vision.image_size, c.vision.num_channels),
+        },
+        towers={
+            "text": Tower(("text",), ("text",), "text_head_mask"),
+            "vision": Tower(("vision",), ("vision",), "vision_head_mask"),
+        },
+        hf_model_type=lambda c: "siglip",
+        vision_tower=_siglip_vision_tower,
     ),
     DualEncoderConfig: Architecture(
         module=DualEncoder,

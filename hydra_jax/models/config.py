@@ -239,20 +239,22 @@ class ModernBertConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ViTConfig:
-    """ViT, DeiT or DINOv2; `num_labels == 0` means no image classifier (which reads the
-    final-LN CLS token).
+    """ViT, DeiT or DINOv2 (with or without registers); `num_labels == 0` means no image
+    classifier (which reads the final-LN CLS token).
 
     With `projection_dim` E > 0 it is a dual encoder's vision tower: the pooler output is
     projected to `embeds` `[B, E]`, and a classifier (`num_labels`) is zero-shot, `logits =
     exp(logit_scale) * cos(embeds, class_embeds)` over fixed class embeddings `[C, E]`.
 
     Attributes:
-      model_type: the HF family, `vit`, `deit` or `dinov2` (DINOv2: layer scale in the
-        encoder, positions resized bicubically for other image sizes, a classifier on CLS
-        concatenated with the mean patch token).
+      model_type: the HF family, `vit`, `deit`, `dinov2` or `dinov2_with_registers` (DINOv2:
+        layer scale in the encoder, a classifier on CLS concatenated with the mean patch token;
+        without registers, positions resized bicubically for other image sizes).
       distillation_token: DeiT's second learned token, after CLS, with its own position.
       distilled_head: `DeiTForImageClassificationWithTeacher`: the logits are the mean of a
         classifier on CLS and one on the distillation token (`distillation_classifier`).
+      register_tokens: DINOv2's learned register tokens, inserted after CLS once positions are
+        added (they have none); the classifier's patch mean leaves them out.
     """
 
     encoder: EncoderConfig
@@ -266,13 +268,21 @@ class ViTConfig:
     model_type: str = "vit"
     distillation_token: bool = False
     distilled_head: bool = False
+    register_tokens: int = 0
 
     def __post_init__(self) -> None:
+        if self.register_tokens and self.model_type != "dinov2_with_registers":
+            raise ValueError(f"register tokens are DINOv2's, not {self.model_type!r}'s")
         if self.projection_dim and not self.pooler:
             raise ValueError("a ViT vision tower (projection_dim > 0) projects the pooler output")
         if self.distilled_head and not (self.distillation_token and self.num_labels):
             raise ValueError("a distilled head reads the distillation token: it needs one, and "
                              "a classifier")  # fmt: skip
+
+    @property
+    def dinov2(self) -> bool:
+        """DINOv2, with or without registers."""
+        return self.model_type in ("dinov2", "dinov2_with_registers")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -331,7 +341,63 @@ class DualEncoderConfig:
     logit_scale_init: float = 2.6592
 
 
-MemberConfig = BertConfig | ModernBertConfig | ViTConfig | CLIPVisionTowerConfig
+@dataclasses.dataclass(frozen=True)
+class SiglipTextConfig:
+    """SigLIP's text tower: bidirectional pre-LN layers, a final LN, the last token's state
+    through a dense layer (`head`, with a bias) to the `[B, E]` text embedding."""
+
+    encoder: EncoderConfig
+    vocab_size: int
+    max_positions: int
+    projection_dim: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SiglipVisionConfig:
+    """SigLIP's vision tower: patches (no CLS token) plus positions, pre-LN layers, a final LN
+    and a multi-head attention-pooling head (a learned probe attending over every patch, then
+    a LayerNorm'd MLP with a residual): its output `[B, D]` is the image embedding."""
+
+    encoder: EncoderConfig
+    image_size: int
+    patch_size: int
+    num_channels: int = 3
+
+
+SIGLIP_LOGIT_SCALE_INIT = 2.302585  # log(10): SigLIP's training starts here
+SIGLIP_LOGIT_BIAS_INIT = -10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SiglipConfig:
+    """SigLIP: `logits_per_text = exp(logit_scale) * cos(text, image) + logit_bias`, read
+    through a sigmoid (each text-image pair on its own), not a softmax."""
+
+    text: SiglipTextConfig
+    vision: SiglipVisionConfig
+    logit_scale_init: float = SIGLIP_LOGIT_SCALE_INIT
+    logit_bias_init: float = SIGLIP_LOGIT_BIAS_INIT
+
+
+@dataclasses.dataclass(frozen=True)
+class SiglipVisionTowerConfig:
+    """SigLIP's vision tower as a model (outputs `embeds` `[B, D]`, the pooled image
+    embedding). With `num_labels`, a zero-shot classifier: `logits = exp(logit_scale) *
+    cos(embeds, class_embeds) + logit_bias` over fixed class embeddings `[C, D]`; SigLIP reads
+    them through a sigmoid, our metrics through a softmax over the classes (the bias then
+    cancels)."""
+
+    vision: SiglipVisionConfig
+    num_labels: int = 0
+
+    @property
+    def encoder(self) -> EncoderConfig:
+        return self.vision.encoder
+
+
+MemberConfig = (
+    BertConfig | ModernBertConfig | ViTConfig | CLIPVisionTowerConfig | SiglipVisionTowerConfig
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,6 +419,8 @@ ArchConfig = (
     | CLIPConfig
     | CLIPVisionTowerConfig
     | DualEncoderConfig
+    | SiglipConfig
+    | SiglipVisionTowerConfig
     | HydraConfig
 )
 

@@ -191,7 +191,7 @@ def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
         )
     head = new_head(config, num_labels, rng)
     old_head = ("pre_classifier", "classifier", "head_norm", "distillation_classifier",
-                "class_embeds", "logit_scale")  # fmt: skip
+                "class_embeds", "logit_scale", "logit_bias")  # fmt: skip
     params = {k: v for k, v in model.params.items() if k not in old_head}
     return Model(dataclasses.replace(config, num_labels=num_labels), {**params, **head})
 

@@ -101,6 +101,9 @@ class ViT(StagedEncoder):
         if c.distillation_token:
             init = nn.initializers.normal(0.02)
             self.distillation_token = self.param("distillation_token", init, (e.width,))
+        if c.register_tokens:
+            init = nn.initializers.zeros
+            self.register_tokens = self.param("register_tokens", init, (c.register_tokens, e.width))
         tokens = T + 1 + c.distillation_token
         self.position_embeddings = self.param(
             "position_embeddings", nn.initializers.normal(0.02), (tokens, e.width)
@@ -135,6 +138,10 @@ class ViT(StagedEncoder):
         if c.model_type == "dinov2" and not (x.shape[1] == positions.shape[0] and H == W):
             positions = resized_positions(positions, grid)  # as transformers: another size
         x = x + positions[None].astype(x.dtype)
+        if c.register_tokens:  # [CLS, registers, patches]: registers carry no position
+            B, R = x.shape[0], c.register_tokens
+            registers = jnp.broadcast_to(self.register_tokens.astype(x.dtype), (B, R, x.shape[2]))
+            x = jnp.concatenate([x[:, :1], registers, x[:, 1:]], axis=1)
         return Stem(self.Dropout_0(x, deterministic=deterministic))
 
     def head(
@@ -150,8 +157,9 @@ class ViT(StagedEncoder):
             embeds = self.projection(wide(pooled))  # [B, E]
         if c.num_labels and c.projection_dim:  # [B, C]
             logits = zero_shot_logits(embeds, self.class_embeds, self.logit_scale)
-        elif c.num_labels and c.model_type == "dinov2":  # CLS and the mean patch: [B, 2D]
-            logits = self.classifier(jnp.concatenate([wide(x[:, 0]), wide(x[:, 1:]).mean(1)], -1))
+        elif c.num_labels and c.dinov2:  # CLS and the mean patch: [B, 2D]
+            patches = wide(x[:, 1 + c.register_tokens :]).mean(1)
+            logits = self.classifier(jnp.concatenate([wide(x[:, 0]), patches], -1))
         elif c.num_labels:
             logits = self.classifier(wide(x[:, 0]))  # [B, C]
             if c.distilled_head:  # DeiT with its teacher's head: the mean of the two

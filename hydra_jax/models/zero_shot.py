@@ -85,4 +85,6 @@ def zero_shot(
     class_embeds = prompt_embeddings(model, class_names, templates, tokenizer, batch_size)
     config = dataclasses.replace(tower.config, num_labels=len(class_names))
     head = {"class_embeds": jnp.asarray(class_embeds), "logit_scale": model.params["logit_scale"]}
+    if "logit_bias" in model.params:  # SigLIP
+        head["logit_bias"] = model.params["logit_bias"]
     return Model(config, {**tower.params, **head})

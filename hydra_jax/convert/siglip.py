@@ -1,0 +1,143 @@
+"""HuggingFace SiglipModel -> ours (both towers, the attention-pooling head, logit scale and
+bias). Loaded only, as CLIP is. The pooling head's `nn.MultiheadAttention` keeps its query, key
+and value in one `in_proj` tensor `[3 D, D]` (query rows first), split here into our three
+projections. Refused rather than guessed: a vision tower without its pooling head
+(`vision_use_head: false`) and SigLIP 2 (`siglip2`: variable-resolution patches)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hydra_jax.convert.clip import tower_rules
+from hydra_jax.convert.common import (
+    CONV,
+    HEADS_BIAS,
+    HEADS_IN,
+    HEADS_OUT,
+    SQUEEZE_1,
+    SQUEEZE_2,
+    ConversionError,
+    Rule,
+    check_fields,
+    dense,
+    encoder_config,
+    expand,
+    field,
+    layer_norm,
+    load_model,
+    require,
+)
+from hydra_jax.models import (
+    EncoderConfig,
+    Model,
+    SiglipConfig,
+    SiglipTextConfig,
+    SiglipVisionConfig,
+)
+
+MODEL_TYPE = "siglip"
+HANDLED = ("text_config", "vision_config", "initializer_factor")
+_TOWER = (
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "hidden_act",
+    "layer_norm_eps", "attention_dropout", "model_type",
+)  # fmt: skip
+# Token ids only configure generation and the tokenizer; the text tower pools its last position.
+TEXT_HANDLED = (*_TOWER, "vocab_size", "max_position_embeddings", "projection_size",
+                "pad_token_id", "bos_token_id", "eos_token_id")  # fmt: skip
+VISION_HANDLED = (*_TOWER, "image_size", "patch_size", "num_channels", "vision_use_head")
+IGNORED = (r"(text|vision)_model\.embeddings\.position_ids",)
+_POOL = "vision_model.head"
+
+
+def rules_for(config: SiglipConfig) -> list[Rule]:
+    text = [
+        Rule("text_model.embeddings.token_embedding.weight", "text/token_embedding/embedding"),
+        Rule(
+            "text_model.embeddings.position_embedding.weight", "text/position_embedding/embedding"
+        ),
+        *tower_rules("text_model", "text"),
+        *layer_norm("text_model.final_layer_norm", "text/final_norm"),
+        *dense("text_model.head", "text/projection"),
+    ]
+    vision = [
+        Rule("vision_model.embeddings.patch_embedding.weight", "vision/patch/kernel", CONV),
+        Rule("vision_model.embeddings.patch_embedding.bias", "vision/patch/bias"),
+        Rule(
+            "vision_model.embeddings.position_embedding.weight",
+            "vision/position_embedding/embedding",
+        ),
+        *tower_rules("vision_model", "vision"),
+        *layer_norm("vision_model.post_layernorm", "vision/post_norm"),
+        Rule(f"{_POOL}.probe", "vision/pool/probe", SQUEEZE_2),
+        *(Rule(f"{_POOL}.attention.w{n[0]}.weight", f"vision/pool/{n}/kernel", HEADS_IN)
+          for n in ("query", "key", "value")),
+        *(Rule(f"{_POOL}.attention.w{n[0]}.bias", f"vision/pool/{n}/bias", HEADS_BIAS)
+          for n in ("query", "key", "value")),
+        Rule(f"{_POOL}.attention.out_proj.weight", "vision/pool/out/kernel", HEADS_OUT),
+        Rule(f"{_POOL}.attention.out_proj.bias", "vision/pool/out/bias"),
+        *layer_norm(f"{_POOL}.layernorm", "vision/pool/norm"),
+        *dense(f"{_POOL}.mlp.fc1", "vision/pool/mlp/fc1"),
+        *dense(f"{_POOL}.mlp.fc2", "vision/pool/mlp/fc2"),
+    ]  # fmt: skip
+    return [
+        *expand(text, config.text.encoder.num_layers),
+        *expand(vision, config.vision.encoder.num_layers),
+        Rule("logit_scale", "logit_scale", SQUEEZE_1),
+        Rule("logit_bias", "logit_bias", SQUEEZE_1),
+    ]
+
+
+def _encoder(hf: dict[str, Any], where: str) -> EncoderConfig:
+    return encoder_config(hf, where, pre_norm=True, layer_norm_eps=1e-6,
+                          dropout_fields=("dropout", "attention_dropout"))  # fmt: skip
+
+
+def config_from_hf(hf: dict[str, Any]) -> SiglipConfig:
+    check_fields(hf, HANDLED, "SigLIP")
+    text, vision = field(hf, "text_config", dict, {}), field(hf, "vision_config", dict, {})
+    check_fields(text, TEXT_HANDLED, "SigLIP text_config")
+    check_fields(vision, VISION_HANDLED, "SigLIP vision_config")
+    require(field(vision, "vision_use_head", bool, True),
+            "SigLIP vision_use_head=false (no attention-pooling head) is not modelled")  # fmt: skip
+    text_encoder = _encoder(text, "SigLIP text")
+    vision_encoder = _encoder(vision, "SigLIP vision")
+    projection = field(text, "projection_size", int, text_encoder.width)
+    require(projection == vision_encoder.width,
+            f"SigLIP text projection_size {projection} differs from the image embedding's width "
+            f"{vision_encoder.width}")  # fmt: skip
+    return SiglipConfig(
+        text=SiglipTextConfig(
+            encoder=text_encoder,
+            vocab_size=field(text, "vocab_size", int),
+            max_positions=field(text, "max_position_embeddings", int, 64),
+            projection_dim=projection,
+        ),
+        vision=SiglipVisionConfig(
+            encoder=vision_encoder,
+            image_size=field(vision, "image_size", int, 224),
+            patch_size=field(vision, "patch_size", int, 16),
+            num_channels=field(vision, "num_channels", int, 3),
+        ),
+    )
+
+
+def _split_in_proj(tensors: dict[str, Any]) -> dict[str, Any]:
+    """The pooling head's `in_proj_weight` / `in_proj_bias` as `wq`, `wk`, `wv` tensors."""
+    out = dict(tensors)
+    for kind in ("weight", "bias"):
+        name = f"{_POOL}.attention.in_proj_{kind}"
+        if name not in out:
+            continue
+        value = np.asarray(out.pop(name))
+        if value.shape[0] % 3:
+            raise ConversionError(f"tensor {name!r} has {value.shape[0]} rows, not 3 D")
+        for letter, part in zip("qkv", np.split(value, 3, axis=0), strict=True):
+            out[f"{_POOL}.attention.w{letter}.{kind}"] = part
+    return out
+
+
+def load(hf: dict[str, Any], tensors: dict[str, Any]) -> Model:
+    config = config_from_hf(hf)
+    return load_model(config, rules_for(config), _split_in_proj(tensors), IGNORED)

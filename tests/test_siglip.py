@@ -1,0 +1,122 @@
+"""SigLIP against `transformers` on a tiny random SiglipModel: both towers and the sigmoid
+logits under head masks, a zero-shot tower against a direct computation from `transformers`'
+outputs, compact == masked, a fused zero-shot Hydra == its members, circuit search, bf16 and
+our own format."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hydra_jax as hj
+from hydra_jax import hydra
+from hydra_jax.testing import assert_close
+
+torch = pytest.importorskip("torch", reason="torch is not installed: PyTorch parity skipped")
+transformers = pytest.importorskip("transformers")
+
+from hf_reference import masked_heads, to_numpy  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+CLASSES = ["t-shirt", "trouser", "ankle boot"]
+TEMPLATES = ["a photo of a {}.", "a black and white photo of a {}."]
+T = 8  # SigLIP's tokenizer pads every text to a fixed length; its embedding is the last token's
+TEXT = dict(
+    vocab_size=40,
+    hidden_size=12,
+    intermediate_size=20,
+    num_hidden_layers=2,
+    num_attention_heads=3,
+    max_position_embeddings=T,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+VISION = dict(hidden_size=12, intermediate_size=22, num_hidden_layers=2, num_attention_heads=4,
+              image_size=12, patch_size=4, num_channels=3)  # fmt: skip
+
+
+def tokenize(texts: list[str]) -> dict[str, np.ndarray]:
+    """Words hashed into the vocabulary, padded with 1 to T tokens (as SigLIP pads)."""
+    rows = [[3 + sum(map(ord, w)) % 37 for w in t.split()][:T] for t in texts]
+    return {"input_ids": np.array([r + [1] * (T - len(r)) for r in rows], np.int64)}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    torch.manual_seed(4)
+    config = transformers.SiglipConfig(text_config=TEXT, vision_config=VISION,
+                                       attn_implementation="eager")  # fmt: skip
+    reference = transformers.SiglipModel(config).eval()
+    with torch.no_grad():
+        reference.logit_scale.fill_(1.3)
+        reference.logit_bias.fill_(-2.5)
+    path = tmp_path_factory.mktemp("siglip")
+    reference.save_pretrained(path)
+    pixels = np.random.default_rng(3).normal(size=(4, 3, 12, 12)).astype(np.float32)
+    return reference, hj.from_pretrained(path), pixels
+
+
+def test_both_towers_and_sigmoid_logits_equal_transformers_under_head_masks(pair):
+    reference, ours, pixels = pair
+    batch = tokenize(["a coat", "a pair of very old trousers", "bag"])
+    rng = np.random.default_rng(0)
+    text_layers = [l.self_attn.out_proj for l in reference.text_model.encoder.layers]
+    vision_layers = [l.self_attn.out_proj for l in reference.vision_model.encoder.layers]
+    for text_mask, vision_mask in [(None, None), (rng.uniform(0, 1.5, (2, 3)),
+                                                  (rng.random((2, 4)) > 0.4) * 1.0)]:  # fmt: skip
+        with (
+            masked_heads(text_layers, text_mask),
+            masked_heads(vision_layers, vision_mask),
+            torch.no_grad(),
+        ):
+            expected = reference(input_ids=torch.tensor(batch["input_ids"]),
+                                 pixel_values=torch.tensor(pixels))  # fmt: skip
+        out = ours(**batch, pixel_values=pixels, text_head_mask=text_mask,
+                   vision_head_mask=vision_mask)  # fmt: skip
+        for name in ("text_embeds", "image_embeds", "logits_per_text", "logits_per_image"):
+            assert_close(getattr(out, name), to_numpy(getattr(expected, name)), err_msg=name)
+        assert_close(out.vision_model_output.last_hidden_state,
+                     to_numpy(expected.vision_model_output.last_hidden_state))  # fmt: skip
+
+
+def test_zero_shot_tower_equals_a_direct_computation(pair):
+    """logits = exp(scale) * cos(image, class) + bias, a class embedding being the normalised
+    mean of its normalised prompt embeddings, all read from `transformers`' outputs."""
+    reference, ours, pixels = pair
+    classifier = hj.zero_shot(ours, CLASSES, TEMPLATES, tokenize)
+    texts = hj.models.prompts(CLASSES, TEMPLATES)
+    with torch.no_grad():
+        out = reference(input_ids=torch.tensor(tokenize(texts)["input_ids"]),
+                        pixel_values=torch.tensor(pixels))  # fmt: skip
+    text = to_numpy(out.text_embeds).reshape(len(CLASSES), len(TEMPLATES), -1).mean(1)
+    text /= np.linalg.norm(text, axis=-1, keepdims=True)
+    expected = to_numpy(out.image_embeds) @ text.T * np.exp(1.3) - 2.5
+    assert_close(classifier(pixel_values=pixels).logits, expected)
+
+
+def test_compact_fusion_and_circuit_search_on_the_zero_shot_tower(pair, tmp_path):
+    _, ours, pixels = pair
+    classifier = hj.zero_shot(ours, CLASSES, TEMPLATES, tokenize)
+    keep = np.array([[True, False, True, True], [False, True, False, True]])
+    assert_close(hj.heads.compact(classifier, keep)(pixel_values=pixels).logits,
+                 classifier(pixel_values=pixels, head_mask=keep * 1.0).logits)  # fmt: skip
+    sets = hydra.stratified_head_sets(np.random.default_rng(1).random((2, 4)), 2)
+    members = hydra.members_from(classifier, sets)
+    logits = np.asarray(hydra.fuse(members)(pixel_values=pixels).logits)  # [B, M, C]
+    for m, member in enumerate(members):
+        assert_close(logits[:, m], member(pixel_values=pixels).logits, err_msg=f"member {m}")
+    low = hj.with_dtype(classifier, "bfloat16")(pixel_values=pixels).logits
+    full = classifier(pixel_values=pixels).logits
+    assert 0 < np.abs(np.asarray(low) - full).max() <= 0.05 * np.abs(full).max()
+    hj.save_model(classifier, tmp_path / "tower")
+    restored = hj.load_model(tmp_path / "tower")
+    np.testing.assert_array_equal(restored(pixel_values=pixels).logits, full)
+
+
+def test_siglip_refuses_what_it_does_not_model(pair, tmp_path):
+    _, ours, _ = pair
+    with pytest.raises(hj.ConversionError, match="no HF format for a SiglipConfig"):
+        hj.save_pretrained(ours, tmp_path)
+    with pytest.raises(ValueError, match=r"input_ids has 9 tokens, more than the model's 8"):
+        ours(input_ids=np.ones((1, 9), np.int64))

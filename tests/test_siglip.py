@@ -1,10 +1,11 @@
 """SigLIP against `transformers` on a tiny random SiglipModel: both towers and the sigmoid
-logits under head masks, a zero-shot tower against a direct computation from `transformers`'
-outputs, compact == masked, a fused zero-shot Hydra == its members, circuit search, bf16 and
-our own format."""
+logits under head masks, export that `transformers` loads, a zero-shot tower against a direct
+computation from `transformers`' outputs, HIS on it against a PyTorch per-example reference,
+compact == masked, a fused zero-shot Hydra == its members, bf16 and our own format."""
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
@@ -15,7 +16,7 @@ from hydra_jax.testing import assert_close
 torch = pytest.importorskip("torch", reason="torch is not installed: PyTorch parity skipped")
 transformers = pytest.importorskip("transformers")
 
-from hf_reference import masked_heads, to_numpy  # noqa: E402
+from hf_reference import head_importance, masked_heads, to_numpy  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -95,7 +96,35 @@ def test_zero_shot_tower_equals_a_direct_computation(pair):
     assert_close(classifier(pixel_values=pixels).logits, expected)
 
 
-def test_compact_fusion_and_circuit_search_on_the_zero_shot_tower(pair, tmp_path):
+class ZeroShotReference(torch.nn.Module):
+    """The zero-shot tower in PyTorch: `transformers`' pooled image embedding against fixed
+    class embeddings, `exp(scale) * cos + bias`."""
+
+    def __init__(self, siglip: torch.nn.Module, class_embeds: np.ndarray):
+        super().__init__()
+        self.siglip, self.classes = siglip, torch.tensor(np.asarray(class_embeds))
+
+    def forward(self, pixel_values: torch.Tensor):
+        image = self.siglip.vision_model(pixel_values=pixel_values).pooler_output
+        image = image / image.norm(dim=-1, keepdim=True)
+        classes = self.classes / self.classes.norm(dim=-1, keepdim=True)
+        logits = image @ classes.T * self.siglip.logit_scale.exp() + self.siglip.logit_bias
+        return transformers.modeling_outputs.SequenceClassifierOutput(logits=logits)
+
+
+def test_his_equals_a_pytorch_per_example_reference(pair):
+    reference, ours, pixels = pair
+    classifier = hj.zero_shot(ours, CLASSES, TEMPLATES, tokenize)
+    labels = np.array([0, 2, 1, 1])
+    batch = {"pixel_values": pixels, "labels": labels}
+    his, _ = hj.heads.his_and_entropy(classifier, [batch])
+    wrapper = ZeroShotReference(reference, classifier.params["class_embeds"])
+    layers = [l.self_attn.out_proj for l in reference.vision_model.encoder.layers]
+    expected = head_importance(wrapper, layers, {"pixel_values": pixels}, labels, (2, 4))
+    np.testing.assert_allclose(his, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
+
+
+def test_compact_fusion_bf16_and_our_format_on_the_zero_shot_tower(pair, tmp_path):
     _, ours, pixels = pair
     classifier = hj.zero_shot(ours, CLASSES, TEMPLATES, tokenize)
     keep = np.array([[True, False, True, True], [False, True, False, True]])
@@ -114,9 +143,16 @@ def test_compact_fusion_and_circuit_search_on_the_zero_shot_tower(pair, tmp_path
     np.testing.assert_array_equal(restored(pixel_values=pixels).logits, full)
 
 
-def test_siglip_refuses_what_it_does_not_model(pair, tmp_path):
-    _, ours, _ = pair
-    with pytest.raises(hj.ConversionError, match="no HF format for a SiglipConfig"):
-        hj.save_pretrained(ours, tmp_path)
+def test_export_loads_in_transformers_with_equal_logits(pair, tmp_path):
+    _, ours, pixels = pair
+    changed = hj.Model(ours.config, jax.tree.map(lambda x: x * 1.01, ours.params))
+    hj.save_pretrained(changed, tmp_path)
+    reloaded = transformers.SiglipModel.from_pretrained(tmp_path).eval()
+    batch = tokenize(["a coat", "bag"])
+    with torch.no_grad():
+        expected = reloaded(input_ids=torch.tensor(batch["input_ids"]),
+                            pixel_values=torch.tensor(pixels)).logits_per_text  # fmt: skip
+    assert_close(changed(**batch, pixel_values=pixels).logits_per_text, to_numpy(expected))
+    assert hj.from_pretrained(tmp_path).config == ours.config
     with pytest.raises(ValueError, match=r"input_ids has 9 tokens, more than the model's 8"):
         ours(input_ids=np.ones((1, 9), np.int64))

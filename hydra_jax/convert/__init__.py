@@ -43,7 +43,7 @@ FORMATS: dict[str, Format] = {
     **dict.fromkeys(vit.FAMILIES, Format(vit.load, vit.export)),  # vit, deit
     **dict.fromkeys(dinov2.NAMES, Format(dinov2.load, dinov2.export)),  # with registers too
     "clip": Format(clip.load),
-    siglip.MODEL_TYPE: Format(siglip.load),
+    siglip.MODEL_TYPE: Format(siglip.load, siglip.export),
     dual_encoder.MODEL_TYPE: Format(dual_encoder.load, dual_encoder.export),
 }
 

@@ -1,11 +1,12 @@
-"""HuggingFace SiglipModel -> ours (both towers, the attention-pooling head, logit scale and
-bias). Loaded only, as CLIP is. The pooling head's `nn.MultiheadAttention` keeps its query, key
-and value in one `in_proj` tensor `[3 D, D]` (query rows first), split here into our three
-projections. Refused rather than guessed: a vision tower without its pooling head
+"""HuggingFace SiglipModel <-> ours (both towers, the attention-pooling head, logit scale and
+bias). The pooling head's `nn.MultiheadAttention` keeps its query, key and value in one
+`in_proj` tensor `[3 D, D]` (query rows first), split into our three projections on load and
+joined on export. Refused rather than guessed: a vision tower without its pooling head
 (`vision_use_head: false`) and SigLIP 2 (`siglip2`: variable-resolution patches)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,11 +24,14 @@ from hydra_jax.convert.common import (
     check_fields,
     dense,
     encoder_config,
+    encoder_hf_fields,
     expand,
     field,
     layer_norm,
     load_model,
     require,
+    to_hf_tensors,
+    write_hf,
 )
 from hydra_jax.models import (
     EncoderConfig,
@@ -141,3 +145,41 @@ def _split_in_proj(tensors: dict[str, Any]) -> dict[str, Any]:
 def load(hf: dict[str, Any], tensors: dict[str, Any]) -> Model:
     config = config_from_hf(hf)
     return load_model(config, rules_for(config), _split_in_proj(tensors), IGNORED)
+
+
+def hf_config(c: SiglipConfig) -> dict[str, Any]:
+    """The HF `config.json` fields of `c` (inverse of `config_from_hf`)."""
+    text, vision = c.text, c.vision
+    return {
+        "model_type": MODEL_TYPE,
+        "architectures": ["SiglipModel"],
+        "text_config": {
+            **encoder_hf_fields(text.encoder, "SigLIP text"),
+            "model_type": "siglip_text_model",
+            "attention_dropout": text.encoder.attention_dropout,
+            "vocab_size": text.vocab_size,
+            "max_position_embeddings": text.max_positions,
+            "projection_size": text.projection_dim,
+        },
+        "vision_config": {
+            **encoder_hf_fields(vision.encoder, "SigLIP vision"),
+            "model_type": "siglip_vision_model",
+            "attention_dropout": vision.encoder.attention_dropout,
+            "image_size": vision.image_size,
+            "patch_size": vision.patch_size,
+            "num_channels": vision.num_channels,
+            "vision_use_head": True,
+        },
+    }
+
+
+def export(model: Model, path: Path) -> None:
+    """Writes `model` as an HF directory that `transformers` loads with identical outputs."""
+    c = model.config
+    if not isinstance(c, SiglipConfig):
+        raise ConversionError(f"expected a SigLIP model, got {type(c).__name__}")
+    tensors = to_hf_tensors(rules_for(c), model.params)
+    for kind in ("weight", "bias"):  # the pooling head's query, key and value in one tensor
+        parts = [tensors.pop(f"{_POOL}.attention.w{x}.{kind}") for x in "qkv"]
+        tensors[f"{_POOL}.attention.in_proj_{kind}"] = np.concatenate(parts, axis=0)
+    write_hf(path, hf_config(c), tensors)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -213,7 +215,7 @@ class Attention(nn.Module):
         k: jax.Array,
         distances: jax.Array,
         projections: dict[str, nn.Module],
-        projection,
+        projection: Callable[[str], nn.Module],
         divisor: int,
         deterministic: bool,
     ) -> jax.Array:

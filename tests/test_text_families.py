@@ -241,57 +241,47 @@ def test_bf16_compute_and_our_own_format(pair, tmp_path):
     np.testing.assert_array_equal(restored(**inputs).logits, ours(**inputs).logits)
 
 
-def test_deberta_v2_settings_equal_transformers_and_export(tmp_path):
-    torch.manual_seed(11)
-    reference = transformers.DebertaV2ForSequenceClassification(
-        transformers.DebertaV2Config(**DEBERTA_V2, num_labels=3)
-    ).eval()
+def variant_equals_transformers(
+    family: str, fields: dict, inputs: dict, mask: np.ndarray, tmp_path, seed: int
+) -> hj.Model:
+    """A `family` classifier with other `fields` against `transformers` under `mask` (logits,
+    hidden states, attentions), and its export loading there with equal logits; returns ours."""
+    torch.manual_seed(seed)
+    spec = FAMILIES[family]
+    reference = spec.classifier(spec.config(**fields, num_labels=3)).eval()
     reference.save_pretrained(tmp_path / "hf")
     ours = hj.from_pretrained(tmp_path / "hf")
+    tensors = {k: torch.tensor(v) for k, v in inputs.items()}
+    with masked_heads(spec.projections(reference), mask), torch.no_grad():
+        expected = reference(**tensors, output_attentions=True)
+        hidden = getattr(reference, spec.base)(**tensors).last_hidden_state
+    out = ours(**inputs, head_mask=mask, output_attentions=True)
+    assert_outputs_close(out, expected, hidden, f"{family} variant")
+    hj.save_pretrained(ours, tmp_path / "ours")
+    with torch.no_grad():
+        logits = spec.classifier.from_pretrained(tmp_path / "ours").eval()(**tensors).logits
+    testing.assert_close(ours(**inputs).logits, to_numpy(logits))
+    return ours
+
+
+def test_deberta_v2_settings_equal_transformers_and_export(tmp_path):
+    inputs = dict(batch("deberta-v2"), token_type_ids=np.tile(np.arange(T) % 2, (3, 1)))
+    ours = variant_equals_transformers("deberta-v3", DEBERTA_V2, inputs, head_masks()[1],
+                                       tmp_path, seed=11)  # fmt: skip
     attention = ours.params["encoder"]["layer_0"]["attention"]
     assert attention["pos_key"]["kernel"].shape == (N * K, N, K)  # its own position projection
-    inputs = dict(batch("deberta-v2"), token_type_ids=np.tile(np.arange(T) % 2, (3, 1)))
-    mask = head_masks()[1]
-    with masked_heads(FAMILIES["deberta-v3"].projections(reference), mask), torch.no_grad():
-        tensors = {k: torch.tensor(v) for k, v in inputs.items()}
-        expected = reference(**tensors, output_attentions=True)
-        hidden = reference.deberta(**tensors).last_hidden_state
-    assert_outputs_close(ours(**inputs, head_mask=mask, output_attentions=True), expected, hidden,
-                         "deberta-v2")  # fmt: skip
     keep = np.array([[True, False, True], [False, True, True]])
     testing.assert_close(hj.heads.compact(ours, keep)(**inputs).logits,
                          ours(**inputs, head_mask=keep.astype(np.float32)).logits)  # fmt: skip
-    hj.save_pretrained(ours, tmp_path / "ours")
-    reloaded = transformers.DebertaV2ForSequenceClassification.from_pretrained(tmp_path / "ours")
-    with torch.no_grad():
-        logits = reloaded.eval()(**{k: torch.tensor(v) for k, v in inputs.items()}).logits
-    testing.assert_close(ours(**inputs).logits, to_numpy(logits))
 
 
 def test_modernbert_with_biases_and_cls_pooling_equals_transformers_and_exports(tmp_path):
     fields = dict(FAMILIES["modernbert"].fields, classifier_pooling="cls", norm_bias=True,
                   attention_bias=True, mlp_bias=True, classifier_bias=True, local_attention=6,
                   global_attn_every_n_layers=3, global_rope_theta=500.0)  # fmt: skip
-    torch.manual_seed(13)
-    reference = transformers.ModernBertForSequenceClassification(
-        transformers.ModernBertConfig(**fields, num_labels=3)
-    ).eval()
-    reference.save_pretrained(tmp_path / "hf")
-    ours = hj.from_pretrained(tmp_path / "hf")
+    ours = variant_equals_transformers("modernbert", fields, batch("modernbert"),
+                                       head_masks()[2], tmp_path, seed=13)  # fmt: skip
     assert ours.config.encoder.windows == (0, 3) and ours.config.encoder.rotary[0] == 500.0
-    inputs = batch("modernbert")
-    mask = head_masks()[2]
-    with masked_heads(FAMILIES["modernbert"].projections(reference), mask), torch.no_grad():
-        tensors = {k: torch.tensor(v) for k, v in inputs.items()}
-        expected = reference(**tensors, output_attentions=True)
-        hidden = reference.model(**tensors).last_hidden_state
-    assert_outputs_close(ours(**inputs, head_mask=mask, output_attentions=True), expected, hidden,
-                         "modernbert with biases")  # fmt: skip
-    hj.save_pretrained(ours, tmp_path / "ours")
-    reloaded = transformers.ModernBertForSequenceClassification.from_pretrained(tmp_path / "ours")
-    with torch.no_grad():
-        logits = reloaded.eval()(**{k: torch.tensor(v) for k, v in inputs.items()}).logits
-    testing.assert_close(ours(**inputs).logits, to_numpy(logits))
 
 
 @pytest.mark.parametrize(("buckets", "max_distance"), [(256, 512), (4, POSITIONS), (6, 7)])

@@ -214,6 +214,20 @@ def _dual_vision_tower(c: DualEncoderConfig, params: Params) -> tuple[ViTConfig,
 
 
 _SINGLE = {"": Tower((), (), "head_mask")}
+
+
+def _two_towers(text: str, vision: str) -> dict[str, Tower]:
+    """A dual encoder's towers, their weights under `text` and `vision`."""
+    return {
+        "text": Tower(("text",), (text,), "text_head_mask"),
+        "vision": Tower(("vision",), (vision,), "vision_head_mask"),
+    }
+
+
+def _text_and_image(c: Any) -> dict[str, jax.Array]:
+    return {"input_ids": _ids(), "pixel_values": _image(c.vision.image_size, c.vision.num_channels)}
+
+
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 ARCHITECTURES: dict[type, Architecture] = {
@@ -267,14 +281,8 @@ ARCHITECTURES: dict[type, Architecture] = {
         module=CLIP,
         inputs=("input_ids", "attention_mask", "pixel_values"),
         check=_check_clip,
-        dummy=lambda c: {
-            "input_ids": _ids(),
-            "pixel_values": _image(c.vision.image_size, c.vision.num_channels),
-        },
-        towers={
-            "text": Tower(("text",), ("text",), "text_head_mask"),
-            "vision": Tower(("vision",), ("vision",), "vision_head_mask"),
-        },
+        dummy=_text_and_image,
+        towers=_two_towers("text", "vision"),
         hf_model_type=lambda c: "clip",
         vision_tower=_clip_vision_tower,
     ),
@@ -292,14 +300,8 @@ ARCHITECTURES: dict[type, Architecture] = {
         module=Siglip,
         inputs=("input_ids", "attention_mask", "pixel_values"),
         check=_check_siglip,
-        dummy=lambda c: {
-            "input_ids": _ids(),
-            "pixel_values": _image(c.vision.image_size, c.vision.num_channels),
-        },
-        towers={
-            "text": Tower(("text",), ("text",), "text_head_mask"),
-            "vision": Tower(("vision",), ("vision",), "vision_head_mask"),
-        },
+        dummy=_text_and_image,
+        towers=_two_towers("text", "vision"),
         hf_model_type=lambda c: "siglip",
         vision_tower=_siglip_vision_tower,
     ),
@@ -307,14 +309,8 @@ ARCHITECTURES: dict[type, Architecture] = {
         module=DualEncoder,
         inputs=(*TEXT_INPUTS, "pixel_values"),
         check=_check_dual,
-        dummy=lambda c: {
-            "input_ids": _ids(),
-            "pixel_values": _image(c.vision.image_size, c.vision.num_channels),
-        },
-        towers={
-            "text": Tower(("text",), ("text_model",), "text_head_mask"),
-            "vision": Tower(("vision",), ("vision_model",), "vision_head_mask"),
-        },
+        dummy=_text_and_image,
+        towers=_two_towers("text_model", "vision_model"),
         hf_model_type=lambda c: "vision-text-dual-encoder",
         vision_tower=_dual_vision_tower,
     ),

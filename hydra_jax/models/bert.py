@@ -18,7 +18,6 @@ from hydra_jax.models.encoder import (
     LayerNorm,
     StagedEncoder,
     compute_dtype,
-    stack_attentions,
     wide,
 )
 from hydra_jax.models.outputs import ModelOutput, Stem
@@ -137,6 +136,4 @@ class Bert(StagedEncoder):
         deterministic: bool = True,
     ) -> ModelOutput:
         stem = self.embed(input_ids, attention_mask, token_type_ids, deterministic)
-        x, attentions = self.encode(stem, head_mask, deterministic)
-        out = self.head(x, deterministic)
-        return out.replace(attentions=stack_attentions(attentions) if output_attentions else None)
+        return self.run(stem, head_mask, output_attentions, deterministic, deterministic)

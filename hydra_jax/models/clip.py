@@ -19,7 +19,6 @@ from hydra_jax.models.encoder import (
     LayerNorm,
     StagedEncoder,
     compute_dtype,
-    stack_attentions,
     wide,
 )
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
@@ -39,14 +38,18 @@ def paired_output(
     text_embeds: jax.Array | None,
     image_embeds: jax.Array | None,
     logit_scale: jax.Array,
+    logit_bias: jax.Array | None = None,
 ) -> CLIPOutput:
     """A dual encoder's outputs from whichever towers ran (normalised embeddings `[B, E]`), with
-    `logits_per_text` `[B_text, B_image]` = `exp(logit_scale) * text @ image^T` when both did."""
+    `logits_per_text` `[B_text, B_image]` = `exp(logit_scale) * text @ image^T` (`+ logit_bias`:
+    SigLIP) when both did."""
     out = CLIPOutput(text_embeds=text_embeds, image_embeds=image_embeds,
                      text_model_output=text, vision_model_output=vision)  # fmt: skip
     if text_embeds is None or image_embeds is None:
         return out
     logits_per_text = text_embeds @ image_embeds.T * jnp.exp(logit_scale)
+    if logit_bias is not None:
+        logits_per_text = logits_per_text + logit_bias
     return out.replace(logits_per_text=logits_per_text, logits_per_image=logits_per_text.T)
 
 
@@ -90,9 +93,8 @@ class CLIPText(StagedEncoder):
         output_attentions: bool = False,
         deterministic: bool = True,
     ) -> ModelOutput:
-        x, attentions = self.encode(self.embed(input_ids, attention_mask), head_mask, deterministic)
-        out = self.head(x, input_ids)
-        return out.replace(attentions=stack_attentions(attentions) if output_attentions else None)
+        stem = self.embed(input_ids, attention_mask)
+        return self.run(stem, head_mask, output_attentions, deterministic, input_ids)
 
 
 class CLIPVision(StagedEncoder):
@@ -146,9 +148,7 @@ class CLIPVision(StagedEncoder):
         output_attentions: bool = False,
         deterministic: bool = True,
     ) -> ModelOutput:
-        x, attentions = self.encode(self.embed(pixel_values), head_mask, deterministic)
-        out = self.head(x)
-        return out.replace(attentions=stack_attentions(attentions) if output_attentions else None)
+        return self.run(self.embed(pixel_values), head_mask, output_attentions, deterministic)
 
 
 class CLIP(nn.Module):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -10,7 +11,7 @@ import jax.numpy as jnp
 
 from hydra_jax.models.attention import Attention, wide_dtype, window_bias
 from hydra_jax.models.config import EncoderConfig
-from hydra_jax.models.outputs import Stem
+from hydra_jax.models.outputs import ModelOutput, Stem
 
 
 def _quick_gelu(x: jax.Array) -> jax.Array:
@@ -246,6 +247,20 @@ class StagedEncoder(nn.Module):
     ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
         """`([B, T, D] after layer stop - 1, attention probabilities of each layer run)`."""
         return self.encoder(stem.hidden, stem.bias, head_mask, deterministic, layers)
+
+    def run(
+        self,
+        stem: Stem,
+        head_mask: HeadMask | None,
+        output_attentions: bool,
+        deterministic: bool,
+        *head_args: Any,
+    ) -> ModelOutput:
+        """The whole model from its stem: `head(encode(stem), *head_args)`, with the attention
+        probabilities `[L, B, N, T, S]` when asked for (every family's `__call__`)."""
+        x, attentions = self.encode(stem, head_mask, deterministic)
+        out = self.head(x, *head_args)
+        return out.replace(attentions=stack_attentions(attentions) if output_attentions else None)
 
 
 def stack_attentions(attentions: tuple[jax.Array, ...]) -> jax.Array | tuple[jax.Array, ...]:

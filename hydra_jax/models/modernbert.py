@@ -18,7 +18,6 @@ from hydra_jax.models.encoder import (
     StagedEncoder,
     compute_dtype,
     layer_norm,
-    stack_attentions,
     wide,
 )
 from hydra_jax.models.outputs import ModelOutput, Stem
@@ -91,6 +90,5 @@ class ModernBert(StagedEncoder):
         deterministic: bool = True,
     ) -> ModelOutput:
         stem = self.embed(input_ids, attention_mask, token_type_ids, deterministic)
-        x, attentions = self.encode(stem, head_mask, deterministic)
-        out = self.head(x, deterministic, stem.key_mask)
-        return out.replace(attentions=stack_attentions(attentions) if output_attentions else None)
+        return self.run(stem, head_mask, output_attentions, deterministic, deterministic,
+                        stem.key_mask)  # fmt: skip

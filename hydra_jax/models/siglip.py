@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from hydra_jax.models.attention import padding_bias, wide_dtype
+from hydra_jax.models.clip import paired_output
 from hydra_jax.models.config import (
     EncoderConfig,
     SiglipConfig,
@@ -26,7 +27,6 @@ from hydra_jax.models.encoder import (
     compute_dtype,
     layer_norm,
     mlp_block,
-    stack_attentions,
     wide,
 )
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
@@ -99,9 +99,8 @@ class SiglipText(StagedEncoder):
         output_attentions: bool = False,
         deterministic: bool = True,
     ) -> ModelOutput:
-        x, attentions = self.encode(self.embed(input_ids, attention_mask), head_mask, deterministic)
-        out = self.head(x)
-        return out.replace(attentions=stack_attentions(attentions) if output_attentions else None)
+        stem = self.embed(input_ids, attention_mask)
+        return self.run(stem, head_mask, output_attentions, deterministic)
 
 
 class SiglipVision(StagedEncoder):
@@ -149,9 +148,7 @@ class SiglipVision(StagedEncoder):
         output_attentions: bool = False,
         deterministic: bool = True,
     ) -> ModelOutput:
-        x, attentions = self.encode(self.embed(pixel_values), head_mask, deterministic)
-        out = self.head(x)
-        return out.replace(attentions=stack_attentions(attentions) if output_attentions else None)
+        return self.run(self.embed(pixel_values), head_mask, output_attentions, deterministic)
 
 
 class Siglip(nn.Module):
@@ -186,9 +183,4 @@ class Siglip(nn.Module):
             raise ValueError("SigLIP initialisation needs both input_ids and pixel_values")
         text_embeds = None if text is None else normalise(text.embeds)
         image_embeds = None if vision is None else normalise(vision.embeds)
-        out = CLIPOutput(text_embeds=text_embeds, image_embeds=image_embeds,
-                         text_model_output=text, vision_model_output=vision)  # fmt: skip
-        if text is None or vision is None:
-            return out
-        logits_per_text = text_embeds @ image_embeds.T * jnp.exp(scale) + bias
-        return out.replace(logits_per_text=logits_per_text, logits_per_image=logits_per_text.T)
+        return paired_output(text, vision, text_embeds, image_embeds, scale, bias)

@@ -19,7 +19,6 @@ from hydra_jax.models.encoder import (
     LayerNorm,
     StagedEncoder,
     compute_dtype,
-    stack_attentions,
     wide,
 )
 from hydra_jax.models.outputs import ModelOutput, Stem
@@ -175,6 +174,4 @@ class ViT(StagedEncoder):
         deterministic: bool = True,
     ) -> ModelOutput:
         stem = self.embed(pixel_values, deterministic)
-        x, attentions = self.encode(stem, head_mask, deterministic)
-        out = self.head(x, deterministic)
-        return out.replace(attentions=stack_attentions(attentions) if output_attentions else None)
+        return self.run(stem, head_mask, output_attentions, deterministic, deterministic)

@@ -163,6 +163,33 @@ def test_image_study_with_folders_and_npz_ood_sets(tmp_path, vit_dir):
     assert not (tmp_path / "other").exists()
 
 
+@pytest.mark.parametrize("family", ["deit", "dinov2"])
+def test_the_image_study_runs_on_other_vision_families(tmp_path, vit_dir, family):
+    """A DeiT (a distillation token and its teacher's head) and a DINOv2 (layer scale, a
+    classifier on CLS and the mean patch) through the generic study, as the ViT goes."""
+    vit = hj.from_pretrained(vit_dir).config
+    if family == "deit":
+        config = dataclasses.replace(vit, model_type="deit", distillation_token=True,
+                                     distilled_head=True, num_labels=2)  # fmt: skip
+    else:
+        encoder = dataclasses.replace(vit.encoder, layer_scale=True, mlp_dim=16)
+        config = dataclasses.replace(vit, model_type="dinov2", encoder=encoder, pooler=False,
+                                     num_labels=2)  # fmt: skip
+    path = tmp_path / family
+    hj.save_pretrained(hj.Model.init(config, jax.random.key(2)), path)
+    shutil.copy(vit_dir / "preprocessor_config.json", path)
+    folders = {s: image_folder(tmp_path / s, np.random.default_rng(2), 8) for s in ("a", "b")}
+    study = custom_config.get_config("smoke")
+    study.model = str(path)
+    study.data.update(train=f"folder:{folders['a']}", test=f"folder:{folders['b']}")
+    study.methods = "single,hydra_taylor"
+    custom.train(study, tmp_path / "run")
+    results = custom.evaluate(study, tmp_path / "run")
+    assert set(results["methods"]) == {"single", "hydra_taylor"}
+    member = hj.from_pretrained(tmp_path / "run" / "hf" / "member_0").config
+    assert member.model_type == family and member.encoder == config.encoder
+
+
 def test_a_prepared_tfds_dataset_feeds_the_study(tmp_path, text_encoder_dir, synthetic_data_dir):
     hj.data.load("movie_reviews", "test", synthetic_data_dir)  # prepares the embedded builder
     config = custom_config.get_config("smoke")

@@ -4,6 +4,7 @@ data=4 x member=2 and data=2 x heads=4; and the partition rules lay arrays out a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -235,3 +236,39 @@ def test_overlapped_reads_each_result_back_after_dispatching_the_next():
         seen.append(i)
     assert seen == [0, 1, 2, 3]
     assert list(overlapped([], dispatch)) == []
+
+
+def test_new_families_lay_out_their_heads_and_predict_as_on_one_device():
+    """DeBERTa (its own position projections are per-head `[D, N, K]` too) and ModernBERT
+    (rotary, a local layer, GeGLU) on a data=2 x heads=4 mesh: every per-head projection is
+    split over `heads`, and the logits equal the one-device logits."""
+    from hydra_jax.models import ModernBertConfig, RelativeAttention
+
+    e = CONFIG.encoder
+    relative = RelativeAttention(span=4, buckets=4, max_distance=24, share_keys=False)
+    deberta = BertConfig(
+        dataclasses.replace(e, relative=relative), vocab_size=31, max_positions=24,
+        type_vocab_size=0, pooler=False, num_labels=3, model_type="deberta-v2",
+        absolute_positions=False,
+    )  # fmt: skip
+    modern = ModernBertConfig(
+        dataclasses.replace(e, head_dim=4, width=N * 4, pre_norm=True, gated_mlp=True,
+                            rotary=(1e4, 1e3), windows=(0, 3), first_norm=False,
+                            qkv_bias=False, out_bias=False, mlp_bias=False, norm_bias=False),
+        vocab_size=31, max_positions=24, num_labels=3, pooling="mean",
+    )  # fmt: skip
+    rng = np.random.default_rng(2)
+    ids = rng.integers(3, 31, (8, 9)).astype(np.int32)
+    mask = (np.arange(9)[None] < rng.integers(3, 10, (8, 1))).astype(np.int32)
+    for config in (deberta, modern):
+        model = hj.Model.init(config, jax.random.key(3))
+        want = model(input_ids=ids, attention_mask=mask).logits
+        with jax.set_mesh(make_mesh(2, 1, 4)):
+            params = place_params(model.params)
+            forward = jax.jit(lambda p, m=model: m.apply(p, input_ids=ids, attention_mask=mask))
+            got = forward(params).logits
+        layer = params["encoder"]["layer_0"]["attention"]
+        names = ("pos_key", "pos_query", "query") if config is deberta else ("query", "value")
+        for name in names:
+            assert layer[name]["kernel"].sharding.spec == P(None, "heads", None), name
+        assert_close(got, want, err_msg=type(config).__name__)

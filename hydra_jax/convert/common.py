@@ -372,6 +372,16 @@ def encoder_config(
     )
 
 
+def require_full_heads(e: EncoderConfig, family: str) -> None:
+    """Raises ConversionError unless every layer has the same N heads with N * K == D (HF
+    configs cannot say otherwise: export `heads.expand_to_full(model)` of a compacted model)."""
+    require(
+        len(set(e.num_heads)) == 1 and e.num_heads[0] * e.head_dim == e.width,
+        f"HF {family} needs the same N heads in every layer with N*K == D; this model has "
+        f"{list(e.num_heads)} heads of dim {e.head_dim} at width {e.width}",
+    )
+
+
 def encoder_hf_fields(e: EncoderConfig, family: str) -> dict[str, Any]:
     """Inverse of `encoder_config` for an exportable (unpruned) stack.
 
@@ -379,11 +389,7 @@ def encoder_hf_fields(e: EncoderConfig, family: str) -> dict[str, Any]:
       ConversionError: layers with different head counts, or N * K != D (a compacted model:
         export `heads.expand_to_full(model)` instead).
     """
-    require(
-        len(set(e.num_heads)) == 1 and e.num_heads[0] * e.head_dim == e.width,
-        f"HF {family} needs the same N heads in every layer with N*K == D; this model has "
-        f"{list(e.num_heads)} heads of dim {e.head_dim} at width {e.width}",
-    )
+    require_full_heads(e, family)
     return {
         "hidden_size": e.width,
         "num_hidden_layers": e.num_layers,

@@ -33,6 +33,7 @@ from hydra_jax.convert.common import (
     load_model,
     num_labels,
     require,
+    require_full_heads,
     strip_prefix,
     to_hf_tensors,
     write_hf,
@@ -137,11 +138,7 @@ def load(hf: dict[str, Any], tensors: dict[str, Any]) -> Model:
 def hf_config(c: ViTConfig) -> dict[str, Any]:
     """The HF `config.json` fields of `c` (inverse of `config_from_hf`)."""
     e = c.encoder
-    require(
-        len(set(e.num_heads)) == 1 and e.num_heads[0] * e.head_dim == e.width,
-        f"HF DINOv2 needs the same N heads in every layer with N*K == D; this model has "
-        f"{list(e.num_heads)} heads of dim {e.head_dim} at width {e.width}",
-    )
+    require_full_heads(e, "DINOv2")
     sizes = f"MLP width {e.mlp_dim}, width {e.width}"
     if e.gated_mlp:
         ratios = [r for r in range(1, 17) if swiglu_width(e.width, r) == e.mlp_dim]

@@ -24,6 +24,7 @@ from hydra_jax.convert.common import (
     load_model,
     num_labels,
     require,
+    require_full_heads,
     strip_prefix,
     to_hf_tensors,
     write_hf,
@@ -100,11 +101,7 @@ def load(hf: dict[str, Any], tensors: dict[str, Any]) -> Model:
 def hf_config(c: BertConfig) -> dict[str, Any]:
     """The HF `config.json` fields of `c` (inverse of `config_from_hf`)."""
     e = c.encoder
-    require(
-        len(set(e.num_heads)) == 1 and e.num_heads[0] * e.head_dim == e.width,
-        f"HF DistilBERT needs the same N heads in every layer with N*K == D; this model has "
-        f"{list(e.num_heads)} heads of dim {e.head_dim} at width {e.width}",
-    )
+    require_full_heads(e, "DistilBERT")
     classifier = "DistilBertForSequenceClassification"
     return {
         "model_type": MODEL_TYPE,

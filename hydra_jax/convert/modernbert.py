@@ -22,13 +22,13 @@ from hydra_jax.convert.common import (
     ConversionError,
     Rule,
     check_fields,
-    encoder_hf_fields,
     expand,
     field,
     label_fields,
     load_model,
     num_labels,
     require,
+    require_full_heads,
     strip_prefix,
     to_hf_tensors,
     write_hf,
@@ -211,7 +211,7 @@ def load(hf: dict[str, Any], tensors: dict[str, Any]) -> Model:
 def hf_config(c: ModernBertConfig) -> dict[str, Any]:
     """The HF `config.json` fields of `c` (inverse of `config_from_hf`)."""
     e = c.encoder
-    fields = encoder_hf_fields(e, "ModernBERT")
+    require_full_heads(e, "ModernBERT")
     types = ["sliding_attention" if w else "full_attention" for w in e.windows]
     theta = {t: th for t, th in zip(types, e.rotary, strict=True)}
     windows = {w for w in e.windows if w}
@@ -223,7 +223,7 @@ def hf_config(c: ModernBertConfig) -> dict[str, Any]:
         "hidden_size": e.width,
         "intermediate_size": e.mlp_dim,
         "num_hidden_layers": e.num_layers,
-        "num_attention_heads": fields["num_attention_heads"],
+        "num_attention_heads": e.num_heads[0],
         "hidden_activation": e.activation,
         "max_position_embeddings": c.max_positions,
         "norm_eps": e.layer_norm_eps,

@@ -132,7 +132,7 @@ def _check_siglip_tower(c: SiglipVisionTowerConfig, inputs: Mapping[str, Any]) -
 
 def _check_siglip(c: SiglipConfig, inputs: Mapping[str, Any]) -> None:
     check_text(inputs, c.text.vocab_size, c.text.max_positions, None)
-    _check_siglip_tower(SiglipVisionTowerConfig(c.vision), inputs)
+    check_pixels(inputs.get("pixel_values"), c.vision.image_size, c.vision.num_channels)
 
 
 def _check_dual(c: DualEncoderConfig, inputs: Mapping[str, Any]) -> None:

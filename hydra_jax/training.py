@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from hydra_jax.data import Dataset, loader
 from hydra_jax.metrics import check_labels
-from hydra_jax.models import HydraConfig, Model
+from hydra_jax.models import ENSEMBLE_CONFIGS, Model
 from hydra_jax.models.sharding import place_local_batch, place_params
 from hydra_jax.models.vit import normalise
 
@@ -185,8 +185,8 @@ def schedule_length(num_examples: int, settings: TrainSettings) -> tuple[int, in
 
 
 def _check_training_labels(model: Model, train: Dataset) -> None:
-    """Every training label a class of `model`'s classifier (a fused Hydra's members' classes)."""
-    config = model.config.member if isinstance(model.config, HydraConfig) else model.config
+    """Every training label a class of `model`'s classifier (an ensemble's members' classes)."""
+    config = model.config.member if isinstance(model.config, ENSEMBLE_CONFIGS) else model.config
     num_labels = getattr(config, "num_labels", 0)
     if num_labels < 1:
         raise ValueError(
@@ -205,7 +205,7 @@ def classification_loss(model: Model) -> Loss:
     def loss_fn(params: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple:
         logits = model.apply(params, **batch, dropout_rng=key).logits  # [B, C] or [B, M, C]
         labels = batch["labels"]
-        if logits.ndim == 3:  # a fused Hydra: every member learns the labels
+        if logits.ndim == 3:  # an ensemble: every member learns the labels
             labels = jnp.broadcast_to(labels[:, None], logits.shape[:2])
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
         accuracy = (logits.argmax(-1) == labels).mean()
@@ -337,7 +337,7 @@ def fit(
     """Fine-tunes `model` on `train`, checkpointing to `workdir/checkpoints`, resuming if present.
 
     Args:
-      model: the model with a classifier (or a fused Hydra: every member learns the labels).
+      model: the model with a classifier (or an ensemble: every member learns the labels).
       train: the training `Dataset`.
       settings: optimiser and schedule.
       workdir: where checkpoints and the training log (`TrainingLog`) go.

@@ -13,6 +13,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from hydra_jax.models import (
+    BatchEnsembleConfig,
     BertConfig,
     CLIPConfig,
     CLIPTextConfig,
@@ -21,6 +22,7 @@ from hydra_jax.models import (
     DualEncoderConfig,
     EncoderConfig,
     HydraConfig,
+    LoraEnsembleConfig,
     Model,
     ModernBertConfig,
     RelativeAttention,
@@ -36,8 +38,8 @@ _CONFIGS = {
     c.__name__: c
     for c in (EncoderConfig, BertConfig, ViTConfig, CLIPTextConfig, CLIPVisionConfig,
               CLIPConfig, CLIPVisionTowerConfig, DualEncoderConfig, HydraConfig,
-              ModernBertConfig, RelativeAttention, SiglipConfig, SiglipTextConfig,
-              SiglipVisionConfig, SiglipVisionTowerConfig)
+              BatchEnsembleConfig, LoraEnsembleConfig, ModernBertConfig, RelativeAttention,
+              SiglipConfig, SiglipTextConfig, SiglipVisionConfig, SiglipVisionTowerConfig)
 }  # fmt: skip
 CONFIG_FILE = "model_config.json"
 

@@ -1,10 +1,17 @@
-"""Ensembles of one pretrained model: Hydra fusion, member head-set strategies, baselines.
+"""Ensembles of one pretrained model: Hydra fusion, member head-set strategies, baselines, and
+the efficient ensembles the Hydra paper compares with (BatchEnsemble, LoRA-Ensemble).
 
-`hj.hydra` is this package: `hj.hydra.fuse(members)`. A fused model saves and loads like any
-model (`hj.save_model`, `hj.load_model`).
+`hj.hydra` is this package: `hj.hydra.fuse(members)`. A fused model or an efficient ensemble
+saves and loads like any model (`hj.save_model`, `hj.load_model`).
 """
 
 from hydra_jax.ensembles import baselines
+from hydra_jax.ensembles.efficient import (
+    batch_ensemble,
+    lora_ensemble,
+    parameter_count,
+    trainable,
+)
 from hydra_jax.ensembles.fusion import fuse, members_from, unfuse, with_shared_weights
 from hydra_jax.ensembles.members import (
     STRATEGIES,
@@ -18,13 +25,17 @@ from hydra_jax.ensembles.members import (
 __all__ = [
     "STRATEGIES",
     "baselines",
+    "batch_ensemble",
     "circuit_head_sets",
     "fuse",
     "head_sets",
     "hies_head_sets",
+    "lora_ensemble",
     "members_from",
+    "parameter_count",
     "stratified_head_sets",
     "taylor_head_sets",
+    "trainable",
     "unfuse",
     "with_shared_weights",
 ]

@@ -18,6 +18,8 @@ place where pruning, scoring and ensembling act.
 
 from hydra_jax.models.architectures import ARCHITECTURES, check_inputs, encoder_of, input_names
 from hydra_jax.models.config import (
+    ENSEMBLE_CONFIGS,
+    BatchEnsembleConfig,
     BertConfig,
     CLIPConfig,
     CLIPTextConfig,
@@ -26,6 +28,7 @@ from hydra_jax.models.config import (
     DualEncoderConfig,
     EncoderConfig,
     HydraConfig,
+    LoraEnsembleConfig,
     MemberConfig,
     ModernBertConfig,
     RelativeAttention,
@@ -41,6 +44,8 @@ from hydra_jax.models.zero_shot import prompt_embeddings, prompts, zero_shot
 
 __all__ = [
     "ARCHITECTURES",
+    "ENSEMBLE_CONFIGS",
+    "BatchEnsembleConfig",
     "BertConfig",
     "CLIPConfig",
     "CLIPOutput",
@@ -50,6 +55,7 @@ __all__ = [
     "DualEncoderConfig",
     "EncoderConfig",
     "HydraConfig",
+    "LoraEnsembleConfig",
     "MemberConfig",
     "Model",
     "ModelOutput",

@@ -23,6 +23,7 @@ import numpy as np
 from hydra_jax.models.bert import Bert
 from hydra_jax.models.clip import CLIP, LOGIT_SCALE_INIT, CLIPVision
 from hydra_jax.models.config import (
+    ENSEMBLE_CONFIGS,
     SIGLIP_LOGIT_BIAS_INIT,
     SIGLIP_LOGIT_SCALE_INIT,
     ArchConfig,
@@ -31,7 +32,6 @@ from hydra_jax.models.config import (
     CLIPVisionTowerConfig,
     DualEncoderConfig,
     EncoderConfig,
-    HydraConfig,
     ModernBertConfig,
     SiglipConfig,
     SiglipVisionTowerConfig,
@@ -316,11 +316,14 @@ ARCHITECTURES: dict[type, Architecture] = {
     ),
 }
 PASSIVE_INPUTS = ("labels",)
+# Top-level weights of a classifier head, in every family (`with_classifier` replaces them).
+CLASSIFIER_PARAMS = ("pre_classifier", "classifier", "head_norm", "distillation_classifier",
+                     "class_embeds", "logit_scale", "logit_bias")  # fmt: skip
 
 
 def architecture(config: ArchConfig) -> Architecture:
-    """The table entry of `config`'s class (a fused Hydra: its members')."""
-    if isinstance(config, HydraConfig):
+    """The table entry of `config`'s class (an ensemble: its members')."""
+    if isinstance(config, ENSEMBLE_CONFIGS):
         config = config.member
     if type(config) not in ARCHITECTURES:
         known = sorted(c.__name__ for c in ARCHITECTURES)
@@ -378,7 +381,7 @@ def with_tower_params(params: Params, path: Sequence[str], tower: Params) -> Par
 def single_tower(config: ArchConfig) -> Tower | None:
     """The one tower of a single-encoder family (BERT, ViT, a CLIP vision tower), else None."""
     towers = architecture(config).towers
-    return towers[""] if "" in towers and not isinstance(config, HydraConfig) else None
+    return towers[""] if "" in towers and not isinstance(config, ENSEMBLE_CONFIGS) else None
 
 
 def encoder_of(config: ArchConfig) -> EncoderConfig:
@@ -392,7 +395,7 @@ def encoder_of(config: ArchConfig) -> EncoderConfig:
 def head_mask_encoders(config: ArchConfig) -> dict[str, EncoderConfig]:
     """Name of each head-mask argument -> the encoder it masks (none for a fused Hydra, whose
     members are already pruned)."""
-    if isinstance(config, HydraConfig):
+    if isinstance(config, ENSEMBLE_CONFIGS):
         return {}
     towers = architecture(config).towers.values()
     return {t.head_mask: tower_encoder(config, t) for t in towers}
@@ -410,7 +413,7 @@ def check_inputs(config: ArchConfig, inputs: Mapping[str, Any]) -> None:
     for name in ("input_ids", "pixel_values"):
         if inputs.get(name) is not None and np.shape(inputs[name])[:1] == (0,):
             raise ValueError(f"empty batch: {name} has shape {np.shape(inputs[name])}")
-    member = config.member if isinstance(config, HydraConfig) else config
+    member = config.member if isinstance(config, ENSEMBLE_CONFIGS) else config
     architecture(member).check(member, inputs)
     for name in ("head_mask", "text_head_mask", "vision_head_mask"):
         mask = inputs.get(name)

@@ -9,8 +9,9 @@ import flax.linen as nn
 import jax
 
 from hydra_jax import checks
-from hydra_jax.models import fused
+from hydra_jax.models import efficient, fused
 from hydra_jax.models.architectures import (
+    CLASSIFIER_PARAMS,
     PASSIVE_INPUTS,
     architecture,
     check_inputs,
@@ -20,7 +21,15 @@ from hydra_jax.models.architectures import (
     input_names,
     module_of,
 )
-from hydra_jax.models.config import ArchConfig, EncoderConfig, HydraConfig, with_compute_dtype
+from hydra_jax.models.config import (
+    ENSEMBLE_CONFIGS,
+    ArchConfig,
+    BatchEnsembleConfig,
+    EncoderConfig,
+    HydraConfig,
+    LoraEnsembleConfig,
+    with_compute_dtype,
+)
 from hydra_jax.models.inputs import check_head_mask
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
 
@@ -46,12 +55,17 @@ class Model:
     def init(cls, config: ArchConfig, rng: jax.Array) -> Model:
         """Randomly initialised weights (tests, training from scratch).
 
-        A fused Hydra is initialised as the fusion of M independently initialised members.
+        A fused Hydra is initialised as the fusion of M independently initialised members; a
+        BatchEnsemble or LoRA-Ensemble as the transform of one initialised member.
         """
         if isinstance(config, HydraConfig):
             keys = jax.random.split(rng, config.num_members)
             members = [cls.init(config.member, k) for k in keys]
             return cls(config, fused.fuse_params(config.member, [m.params for m in members]))
+        if isinstance(config, BatchEnsembleConfig | LoraEnsembleConfig):
+            model_key, adapter_key = jax.random.split(rng)
+            base = cls.init(config.member, model_key)
+            return cls(config, efficient.init_params(config, base.params, adapter_key))
         params = module_of(config).init(rng, **dummy_inputs(config))["params"]
         return cls(config, params)
 
@@ -91,12 +105,16 @@ class Model:
                 check_head_mask(inputs[name], encoder, name)
         check_inputs(self.config, inputs)
         kwargs = {k: v for k, v in inputs.items() if k not in PASSIVE_INPUTS and v is not None}
-        if isinstance(self.config, HydraConfig):
+        if isinstance(self.config, ENSEMBLE_CONFIGS):
             if output_attentions:
-                raise NotImplementedError("the fused Hydra model does not return attention maps")
-            return fused.apply(
-                self.config, module_of(self.config.member), params, kwargs, dropout_rng
-            )
+                raise NotImplementedError(
+                    f"a {type(self.config).__name__} model does not return attention maps"
+                )
+            if isinstance(self.config, HydraConfig):
+                return fused.apply(
+                    self.config, module_of(self.config.member), params, kwargs, dropout_rng
+                )
+            return efficient.apply(self.config, params, kwargs, dropout_rng)
         rngs = None if dropout_rng is None else {"dropout": dropout_rng}
         return self.module.apply(
             {"params": params},
@@ -184,15 +202,13 @@ def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
     checks.count("num_labels", num_labels)
     config = model.config
     new_head = architecture(config).head
-    if new_head is None or isinstance(config, HydraConfig):
+    if new_head is None or isinstance(config, ENSEMBLE_CONFIGS):
         raise TypeError(
             f"with_classifier takes BERT-family, ViT-family or vision-tower models, not "
             f"{type(config).__name__}"
         )
     head = new_head(config, num_labels, rng)
-    old_head = ("pre_classifier", "classifier", "head_norm", "distillation_classifier",
-                "class_embeds", "logit_scale", "logit_bias")  # fmt: skip
-    params = {k: v for k, v in model.params.items() if k not in old_head}
+    params = {k: v for k, v in model.params.items() if k not in CLASSIFIER_PARAMS}
     return Model(dataclasses.replace(config, num_labels=num_labels), {**params, **head})
 
 
@@ -210,7 +226,7 @@ def vision_tower(model: Model) -> Model:
     """The vision tower of a CLIP model or a dual encoder as a model of its own: `embeds` are
     the projected image embeddings (before normalisation); shared weights, no copy."""
     take = architecture(model.config).vision_tower
-    if take is None or isinstance(model.config, HydraConfig):
+    if take is None or isinstance(model.config, ENSEMBLE_CONFIGS):
         raise TypeError(
             f"vision_tower takes a CLIP model or a dual encoder, not {type(model.config).__name__}"
         )

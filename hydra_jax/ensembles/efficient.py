@@ -1,0 +1,101 @@
+"""The efficient ensembles the Hydra paper compares with, as transforms of one model.
+
+    be = hj.ensembles.batch_ensemble(model, 3, key)          # BatchEnsemble
+    lora = hj.ensembles.lora_ensemble(model, 3, key, rank=8)  # LoRA-Ensemble
+    lora = hj.fit(lora, train, settings, workdir, trainable=hj.ensembles.trainable(lora))
+    lora(**batch).logits                                      # [B, M, C], one forward pass
+
+Each returns a `Model` whose `apply` runs every member in one pass and gives `[B, M, C]` member
+logits, as a fused Hydra does, so training (`fit`: every member learns the labels), prediction,
+metrics, costs and `save_model` / `load_model` treat it like any model. Both start from a model
+of any single-encoder family with a classifier (`with_classifier`). How they compute:
+`hydra_jax.models.efficient`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+
+from hydra_jax import checks
+from hydra_jax.models import (
+    ENSEMBLE_CONFIGS,
+    BatchEnsembleConfig,
+    LoraEnsembleConfig,
+    Model,
+    with_classifier,
+)
+from hydra_jax.models import efficient as _efficient
+from hydra_jax.models.architectures import CLASSIFIER_PARAMS
+from hydra_jax.models.config import LORA_TARGETS
+
+
+def _check_member(model: Model, what: str) -> None:
+    if isinstance(model.config, ENSEMBLE_CONFIGS):
+        raise TypeError(f"{what} takes one model, not a {type(model.config).__name__}")
+    if not any(k in model.params for k in CLASSIFIER_PARAMS):
+        raise ValueError(f"{what}: the model has no classifier; add one with with_classifier")
+
+
+def batch_ensemble(
+    model: Model, num_members: int, rng: jax.Array, factor_std: float = 0.5
+) -> Model:
+    """A BatchEnsemble of `num_members` members (Wen et al., ICLR 2020) from `model`.
+
+    Every dense layer keeps `model`'s kernel, shared, and gets per-member rank-1 factors
+    (N(1, `factor_std`), as torch-uncertainty initialises them) and per-member biases (`model`'s
+    to start). Fine-tune factors and shared weights together (`fit`). With `factor_std=0`
+    every member computes `model`'s function.
+    """
+    _check_member(model, "batch_ensemble")
+    config = BatchEnsembleConfig(model.config, checks.count("num_members", num_members),
+                                 float(factor_std))  # fmt: skip
+    return Model(config, _efficient.init_params(config, model.params, rng))
+
+
+def lora_ensemble(
+    model: Model,
+    num_members: int,
+    rng: jax.Array,
+    rank: int = 8,
+    alpha: float = 16.0,
+    targets: tuple[str, ...] = LORA_TARGETS,
+    num_labels: int | None = None,
+) -> Model:
+    """A LoRA-Ensemble of `num_members` members (Muhlematter et al., 2024) on `model`.
+
+    Member m adds a rank-`rank` adapter `(alpha / rank) x A_m B_m` to each attention projection
+    in `targets` and has its own classifier head: a copy of `model`'s, or, with `num_labels`, a
+    fresh `num_labels`-way head per member (`with_classifier`, each its own key). `B` starts at
+    zero, so each member starts as `model` with its head. Train only the adapters and heads:
+    `fit(..., trainable=trainable(ensemble))`.
+    """
+    _check_member(model, "lora_ensemble")
+    M = checks.count("num_members", num_members)
+    config = LoraEnsembleConfig(model.config, M, checks.count("rank", rank), float(alpha),
+                                tuple(targets))  # fmt: skip
+    adapter_key, head_key = jax.random.split(rng)
+    heads = None
+    if num_labels is not None:
+        fresh = [with_classifier(model, num_labels, k) for k in jax.random.split(head_key, M)]
+        heads = [{k: v for k, v in m.params.items() if k in CLASSIFIER_PARAMS} for m in fresh]
+        config = LoraEnsembleConfig(fresh[0].config, M, config.rank, config.alpha,
+                                    config.targets)  # fmt: skip
+        model = fresh[0]
+    return Model(config, _efficient.init_params(config, model.params, adapter_key, heads))
+
+
+def trainable(model: Model) -> Callable[[tuple[str, ...]], bool]:
+    """The `fit(trainable=...)` predicate of an efficient ensemble: every weight of a
+    BatchEnsemble, only the adapters and member heads of a LoRA-Ensemble."""
+    if not isinstance(model.config, BatchEnsembleConfig | LoraEnsembleConfig):
+        raise TypeError(f"trainable takes a BatchEnsemble or LoRA-Ensemble, not "
+                        f"{type(model.config).__name__}")  # fmt: skip
+    return _efficient.trainable(model.config)
+
+
+def parameter_count(model: Model, member: Model) -> int:
+    """The weight count an efficient ensemble `model` built from `member` has by its formula
+    (`hydra_jax.models.efficient.parameter_count`)."""
+    return _efficient.parameter_count(model.config, member.params)

@@ -1,0 +1,211 @@
+"""BatchEnsemble and LoRA-Ensemble against their definitions: each member equals the plain model
+run with its own merged weights (`W * outer(r, s)` and its biases; `W + (alpha / R) A B` and its
+head), identity at the neutral initialisation, parameter counts by formula, a frozen LoRA
+backbone under `fit`, save / load, and the refusals."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import traverse_util
+
+import hydra_jax as hj
+from hydra_jax.data import TokenizedSet
+from hydra_jax.ensembles import batch_ensemble, lora_ensemble, parameter_count, trainable
+from hydra_jax.models import BertConfig, EncoderConfig, ViTConfig, with_classifier
+from hydra_jax.models.efficient import adapted_layers
+from hydra_jax.testing import assert_close
+from hydra_jax.training import TrainSettings, fit
+
+M, C = 3, 4  # members, classes; every other size differs from both
+BERT = BertConfig(
+    EncoderConfig((6, 6), 30, 5, 26, "gelu", 1e-12, pre_norm=False, dropout=0.1),
+    vocab_size=37, max_positions=16, type_vocab_size=2,
+)  # fmt: skip
+VIT = ViTConfig(EncoderConfig((2, 2), 14, 7, 9, "gelu", 1e-6, pre_norm=True), 8, 4,
+                num_channels=2)  # fmt: skip
+
+
+def sharpened(model: hj.Model) -> hj.Model:
+    """Weights larger than the 0.02 init, so that a wrong factor moves the logits clearly."""
+    return hj.Model(model.config, jax.tree.map(lambda x: x * 4 if x.ndim > 1 else x, model.params))
+
+
+@pytest.fixture(scope="module")
+def models():
+    rng = np.random.default_rng(0)
+    mask = (np.arange(10)[None] < rng.integers(2, 11, (5, 1))).astype(np.int32)
+    text = dict(input_ids=rng.integers(1, 37, (5, 10)) * mask, attention_mask=mask)
+    images = {"pixel_values": rng.normal(size=(5, 2, 8, 8)).astype(np.float32)}
+    bert = sharpened(with_classifier(hj.Model.init(BERT, jax.random.key(0)), C, jax.random.key(1)))
+    vit = sharpened(with_classifier(hj.Model.init(VIT, jax.random.key(2)), C, jax.random.key(3)))
+    return {"bert": (bert, text), "vit": (vit, images)}
+
+
+def logits(model: hj.Model, batch: dict) -> np.ndarray:
+    return np.asarray(jax.jit(lambda p, b: model.apply(p, **b).logits)(model.params, batch))
+
+
+def merged(ensemble: hj.Model, m: int) -> dict:
+    """Member m's weights for the plain model, written from the definitions."""
+    config, params = ensemble.config, ensemble.params
+    flat = traverse_util.flatten_dict(params["shared"])
+    own = jax.tree.map(lambda x: x[m], params["members"])
+    flat.update(traverse_util.flatten_dict(own.get("params", {})))
+    adapters = traverse_util.flatten_dict(own["adapters"])
+    for path, layer in adapted_layers(config).items():
+        key = tuple(path.split("/"))
+        W = flat[(*key, "kernel")]
+        n_in, n_out = len(layer.in_shape), len(layer.out_shape)
+        if isinstance(config, hj.models.BatchEnsembleConfig):
+            r, s = adapters[(*key, "r")], adapters[(*key, "s")]
+            outer = r.reshape(r.shape + (1,) * n_out) * s.reshape((1,) * n_in + s.shape)
+            flat[(*key, "kernel")] = W * outer
+            if layer.bias:
+                flat[(*key, "bias")] = adapters[(*key, "bias")]
+        else:
+            a, b = adapters[(*key, "a")], adapters[(*key, "b")]
+            flat[(*key, "kernel")] = W + config.scale * jnp.tensordot(a, b, axes=1)
+    return traverse_util.unflatten_dict(flat)
+
+
+def randomised(ensemble: hj.Model, key: jax.Array) -> hj.Model:
+    """The ensemble with every adapter weight drawn at random (LoRA's `b` is no longer 0)."""
+    adapters = ensemble.params["members"]["adapters"]
+    leaves, tree = jax.tree.flatten(adapters)
+    keys = jax.random.split(key, len(leaves))
+    drawn = [x + 0.5 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys, strict=True)]
+    members = {**ensemble.params["members"], "adapters": jax.tree.unflatten(tree, drawn)}
+    return hj.Model(ensemble.config, {**ensemble.params, "members": members})
+
+
+@pytest.mark.parametrize("family", ["bert", "vit"])
+def test_each_batch_ensemble_member_is_the_model_with_its_rank_one_kernels(models, family):
+    model, batch = models[family]
+    ensemble = randomised(batch_ensemble(model, M, jax.random.key(4)), jax.random.key(5))
+    out = logits(ensemble, batch)  # [B, M, C]
+    assert out.shape == (len(next(iter(batch.values()))), M, C)
+    for m in range(M):
+        assert_close(out[:, m], logits(hj.Model(model.config, merged(ensemble, m)), batch))
+    assert np.abs(out[:, 0] - out[:, 1]).max() > 1e-2  # the members differ
+
+
+@pytest.mark.parametrize("family", ["bert", "vit"])
+def test_each_lora_member_is_the_model_with_its_merged_adapters_and_head(models, family):
+    model, batch = models[family]
+    ensemble = lora_ensemble(model, M, jax.random.key(6), rank=2, alpha=3.0, num_labels=C)
+    ensemble = randomised(ensemble, jax.random.key(7))
+    out = logits(ensemble, batch)
+    for m in range(M):
+        assert_close(out[:, m], logits(hj.Model(ensemble.config.member, merged(ensemble, m)),
+                                       batch))  # fmt: skip
+    assert np.abs(out[:, 0] - out[:, 1]).max() > 1e-2
+
+
+def test_neutral_initialisations_equal_the_model(models):
+    """Factors of 1 (BatchEnsemble) and B = 0 (LoRA, heads copied): every member is the model."""
+    model, batch = models["bert"]
+    base = logits(model, batch)
+    for ensemble in (batch_ensemble(model, M, jax.random.key(8), factor_std=0.0),
+                     lora_ensemble(model, M, jax.random.key(9), rank=3)):  # fmt: skip
+        out = logits(ensemble, batch)
+        for m in range(M):
+            assert_close(out[:, m], base)
+            np.testing.assert_array_equal(out[:, m], out[:, 0])  # one program, equal rows
+
+
+def test_targets_limit_which_layers_lora_adapts(models):
+    model, batch = models["bert"]
+    ensemble = lora_ensemble(model, M, jax.random.key(10), rank=2, targets=("value",))
+    layers = adapted_layers(ensemble.config)
+    assert sorted(layers) == ["encoder/layer_0/attention/value", "encoder/layer_1/attention/value"]
+    assert_close(logits(randomised(ensemble, jax.random.key(11)), batch)[:, 1],
+                 logits(hj.Model(model.config, merged(randomised(ensemble, jax.random.key(11)), 1)),
+                        batch))  # fmt: skip
+
+
+@pytest.mark.parametrize("family", ["bert", "vit"])
+def test_parameter_counts_follow_the_formulas(models, family):
+    model, _ = models[family]
+    size = lambda tree: sum(x.size for x in jax.tree.leaves(tree))  # noqa: E731
+    be = batch_ensemble(model, M, jax.random.key(12))
+    layers = adapted_layers(be.config).values()
+    extra = sum(math.prod(d.in_shape) + 2 * math.prod(d.out_shape) for d in layers)
+    shared_biases = sum(math.prod(d.out_shape) for d in layers)
+    assert size(be.params) == parameter_count(be, model) == size(model.params) + M * extra - \
+        shared_biases  # fmt: skip
+    lora = lora_ensemble(model, M, jax.random.key(13), rank=2)
+    head = size(model.params["classifier"])
+    adapters = sum(2 * (math.prod(d.in_shape) + math.prod(d.out_shape))
+                   for d in adapted_layers(lora.config).values())  # fmt: skip
+    assert size(lora.params) == parameter_count(lora, model)
+    assert size(lora.params) == size(model.params) + (M - 1) * head + M * adapters
+
+
+def test_dropout_draws_a_key_per_member(models):
+    model, batch = models["bert"]
+    ensemble = batch_ensemble(model, M, jax.random.key(14), factor_std=0.0)
+    out = ensemble.apply(ensemble.params, **batch, dropout_rng=jax.random.key(15)).logits
+    assert np.abs(np.asarray(out[:, 0] - out[:, 1])).max() > 1e-3
+
+
+def test_lora_fit_trains_adapters_and_heads_only_and_save_load_round_trips(models, tmp_path):
+    model, _ = models["bert"]
+    rng = np.random.default_rng(1)
+    tokens = [np.r_[1, rng.integers(4, 30, 6), 2].astype(np.int32) for _ in range(16)]
+    data = TokenizedSet(tokens, rng.integers(0, C, 16))
+    ensemble = lora_ensemble(model, M, jax.random.key(16), rank=2)
+    settings = TrainSettings(epochs=1, batch_size=8, learning_rate=1e-2, checkpoint_every=100)
+    trained = fit(ensemble, data, settings, tmp_path / "fit", trainable=trainable(ensemble))
+    for a, b in zip(jax.tree.leaves(ensemble.params["shared"]),
+                    jax.tree.leaves(trained.params["shared"]), strict=True):  # fmt: skip
+        np.testing.assert_array_equal(a, b)  # the frozen backbone
+    moved = [np.abs(np.asarray(a - b)).max() for a, b in zip(
+        jax.tree.leaves(ensemble.params["members"]), jax.tree.leaves(trained.params["members"]),
+        strict=True)]  # fmt: skip
+    assert min(moved) > 0  # every adapter and head trained
+    hj.save_model(trained, tmp_path / "saved")
+    loaded = hj.load_model(tmp_path / "saved")
+    assert loaded.config == trained.config
+    for a, b in zip(jax.tree.leaves(loaded.params), jax.tree.leaves(trained.params), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_batch_ensemble_fit_trains_factors_and_shared_weights(models, tmp_path):
+    model, _ = models["bert"]
+    rng = np.random.default_rng(2)
+    tokens = [np.r_[1, rng.integers(4, 30, 6), 2].astype(np.int32) for _ in range(16)]
+    data = TokenizedSet(tokens, rng.integers(0, C, 16))
+    ensemble = batch_ensemble(model, M, jax.random.key(17))
+    settings = TrainSettings(epochs=1, batch_size=8, learning_rate=1e-2, checkpoint_every=100)
+    trained = fit(ensemble, data, settings, tmp_path, trainable=trainable(ensemble))
+    for part in ("shared", "members"):
+        before, after = ensemble.params[part], trained.params[part]
+        assert any(np.abs(np.asarray(a - b)).max() > 0 for a, b in zip(
+            jax.tree.leaves(before), jax.tree.leaves(after), strict=True))  # fmt: skip
+
+
+def test_bad_arguments_are_refused_by_name(models):
+    model, _ = models["bert"]
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match="no classifier"):
+        batch_ensemble(hj.Model.init(BERT, key), M, key)
+    with pytest.raises(ValueError, match="num_members must be a positive integer"):
+        lora_ensemble(model, 0, key)
+    with pytest.raises(ValueError, match="rank must be a positive integer"):
+        lora_ensemble(model, M, key, rank=0)
+    with pytest.raises(ValueError, match="LoRA targets"):
+        lora_ensemble(model, M, key, targets=("fc1",))
+    with pytest.raises(ValueError, match="factor_std"):
+        batch_ensemble(model, M, key, factor_std=-1.0)
+    ensemble = batch_ensemble(model, M, key)
+    with pytest.raises(TypeError, match="takes one model"):
+        lora_ensemble(ensemble, M, key)
+    with pytest.raises(TypeError, match="with_classifier takes"):
+        with_classifier(ensemble, 2, key)
+    with pytest.raises(TypeError, match="trainable takes"):
+        trainable(model)

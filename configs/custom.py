@@ -10,6 +10,11 @@ checkpoint and your data files, with nothing but command-line fields.
         --config.methods=single,deep_ensemble,mc_dropout,hydra_taylor,hydra_circuit
     python evaluate.py --config configs/custom.py --workdir W   (the same fields)
 
+Methods: `single`, `deep_ensemble`, `mc_dropout`, `hydra_S` and `pruned_S` for a strategy S
+(`taylor`, `hies`, `circuit`, `stratified`), and the single-pass ensembles `batch_ensemble`
+(BatchEnsemble: rank-1 factors on every dense layer, `batch_ensemble.factor_std`) and
+`lora_ensemble` (LoRA adapters of `lora_ensemble.rank` on a frozen backbone, member heads).
+
 Text tables read the columns `data.text_column` (default `text`), `data.label_column` (`label`)
 and, for sentence pairs, `data.pair_column`. Labels may be integers or strings (mapped through
 the checkpoint's `id2label`, else sorted). Images are preprocessed by the checkpoint's
@@ -68,6 +73,12 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.methods = "single,deep_ensemble,mc_dropout,hydra_taylor"  # comma-separated
     c.ensemble_size = 3
     c.mc_dropout_samples = 10
+    # Single-pass ensembles of `ensemble_size` members (methods batch_ensemble, lora_ensemble);
+    # `train` holds their overrides of `c.train`.
+    c.batch_ensemble = ml_collections.ConfigDict(dict(factor_std=0.5, train=dict()))
+    c.lora_ensemble = ml_collections.ConfigDict(
+        dict(rank=8, alpha=16.0, targets="query,key,value,out", train=dict(learning_rate=5e-4))
+    )
     # Hydra members: fine-tuning after pruning (fields not set here come from `train`).
     c.num_members = 3
     c.member_train = ml_collections.ConfigDict(dict(epochs=1.0, learning_rate=2e-5))

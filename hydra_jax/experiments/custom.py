@@ -5,7 +5,9 @@
 published as an HF directory `hf/member_M` with the checkpoint's tokenizer or image-processor
 files; then, for every strategy a `hydra_*` or `pruned_*` method names, member head sets from
 member 0, the members compacted, fine-tuned and fused (`fused/STRATEGY`; member 0 alone in
-`pruned/STRATEGY`). `evaluate(config, workdir)` loads those and evaluates `config.methods` on
+`pruned/STRATEGY`); for `batch_ensemble` / `lora_ensemble`, that ensemble of `ensemble_size`
+members built from `config.model` (with member 0's initial classifier) and fine-tuned
+(`efficient/KIND`). `evaluate(config, workdir)` loads those and evaluates `config.methods` on
 `data.test` and every OOD set. A checkpoint without a classifier gets one sized from the labels;
 one with a classifier keeps it, and the labels must fit it.
 
@@ -168,6 +170,8 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
             study_data.check_vocabulary(user.encoder, model, Path(config.model))
         return model
 
+    for kind in (n for n in names if n in members.EFFICIENT):  # settings refused before training
+        members.efficient_settings(config, kind)
     count = config.ensemble_size if "deep_ensemble" in names else 1
     single = members.fit_classifiers(
         workdir, train_set, settings, members.member_seeds(config, count), initial,
@@ -188,6 +192,13 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
             )  # fmt: skip
             save_model(ensembles.fuse(hydra_members), saved_path(workdir.path, f"hydra_{strategy}"))
             save_model(hydra_members[0], saved_path(workdir.path, f"pruned_{strategy}"))
+    own_head = from_pretrained(Path(config.model)).config.num_labels > 0
+    for kind in (n for n in names if n in members.EFFICIENT):
+        seed = members.training_seed(config, 0)
+        fresh = 0 if own_head else len(user.classes.names)  # LoRA: a new head per member
+        ensemble = members.efficient_ensemble(config, kind, initial(seed), seed, fresh)
+        settings = dataclasses.replace(members.efficient_settings(config, kind), seed=seed)
+        members.fit_efficient(workdir, kind, ensemble, train_set, settings)
     workdir.write_json("classes.json", list(user.classes.names))
     workdir.write_json("head_sets.json", record)
     workdir.save_stages()  # a member an earlier run trained keeps that run's time

@@ -1,5 +1,6 @@
 """What every study that trains members shares: training seeds, the data each head-set strategy
-reads, member fine-tuning with compiled steps shared across members, and fusion.
+reads, member fine-tuning with compiled steps shared across members, fusion, and the efficient
+ensembles (BatchEnsemble, LoRA-Ensemble) built and fine-tuned from one model.
 
 The strategies themselves live in `hydra_jax.ensembles` (`head_sets`, explicit arguments); this
 module draws their data from a study's sets and settings.
@@ -12,10 +13,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
 import ml_collections
 import numpy as np
 
 from hydra_jax import ensembles
+from hydra_jax.convert.native import CONFIG_FILE, load_model, save_model
 from hydra_jax.data import Dataset, labelled_batches, subset, uncertainty_batches
 from hydra_jax.experiments.artefacts import hf_dir
 from hydra_jax.experiments.workdir import Workdir
@@ -135,3 +138,43 @@ def fine_tuned_members(
             member = fit(member, train, member_settings, directory / f"member_{m}", step_fn=step_fn)
         members.append(member)
     return members
+
+
+EFFICIENT = ("batch_ensemble", "lora_ensemble")  # the single-pass ensembles a study trains
+
+
+def efficient_settings(config: ml_collections.ConfigDict, kind: str) -> TrainSettings:
+    """`config.train` with the ensemble's own overrides (`config.KIND.train`)."""
+    return TrainSettings(**{**config.train.to_dict(), **config[kind].train.to_dict()})
+
+
+def efficient_ensemble(
+    config: ml_collections.ConfigDict, kind: str, model: Model, seed: int, fresh_heads: int
+) -> Model:
+    """`config.ensemble_size` members of `kind` from `model` (a classifier), initialised with
+    `seed`. A LoRA-Ensemble gets `fresh_heads`-way member heads, one draw each (0: copies of
+    `model`'s own fine-tuned head)."""
+    c, M, key = config[kind], config.ensemble_size, jax.random.key(seed)
+    if kind == "batch_ensemble":
+        return ensembles.batch_ensemble(model, M, key, c.factor_std)
+    targets = tuple(t.strip() for t in str(c.targets).split(",") if t.strip())
+    return ensembles.lora_ensemble(model, M, key, c.rank, c.alpha, targets,
+                                   num_labels=fresh_heads or None)  # fmt: skip
+
+
+def fit_efficient(
+    workdir: Workdir, kind: str, ensemble: Model, train: Dataset, settings: TrainSettings
+) -> Model:
+    """`ensemble` fine-tuned on `train` (resuming in `efficient_training/KIND`; a LoRA-Ensemble's
+    backbone frozen) and saved to `efficient/KIND`; one an earlier run saved is loaded and keeps
+    that run's time."""
+    path = workdir.path / "efficient" / kind
+    done = (path / CONFIG_FILE).is_file()
+    with workdir.stage(f"train {kind}", record=not done):
+        if done:
+            return load_model(path)
+        directory = workdir / "efficient_training" / kind
+        ensemble = fit(ensemble, train, settings, directory,
+                       trainable=ensembles.trainable(ensemble))  # fmt: skip
+        save_model(ensemble, path)
+    return ensemble

@@ -1,7 +1,8 @@
 """The methods a study evaluates, by name: one registry.
 
 Each method is built from what a train stage left (`Trained`): the published member classifiers
-(`hf/member_M`) and the saved fused Hydras and pruned members (`fused/S`, `pruned/S`). A new
+(`hf/member_M`), the saved fused Hydras and pruned members (`fused/S`, `pruned/S`) and the
+efficient ensembles (`efficient/batch_ensemble`, `efficient/lora_ensemble`). A new
 method is one function here and one line of `BUILDERS`: it returns a `Method`, a forward to
 `[B, M, C]` logits and its weights, and the prediction loop, metrics, costs and reports treat
 it like every other.
@@ -49,10 +50,11 @@ class Trained:
         return self._loaded[index]
 
     def saved(self, kind: str, strategy: str) -> Path:
-        """The saved `fused` Hydra or `pruned` member 0 of `strategy`."""
+        """The saved `fused` Hydra or `pruned` member 0 of `strategy`, or the `efficient`
+        ensemble `strategy` (`batch_ensemble`, `lora_ensemble`)."""
         path = self.hydras / kind / strategy
         if not (path / CONFIG_FILE).is_file():
-            what = "fused Hydra" if kind == "fused" else "pruned member"
+            what = {"fused": "fused Hydra", "pruned": "pruned member"}.get(kind, "ensemble")
             raise WorkdirError(
                 f"{path} holds no {what} of strategy {strategy!r}: run train.py with a config "
                 f"whose methods or strategies name it, and --workdir {self.hydras}, first"
@@ -86,12 +88,19 @@ def pruned(name: str, trained: Trained) -> Method:
     return saved_method(name, trained.saved("pruned", name.split("_", 1)[1]), trained.dtype)
 
 
+def efficient(name: str, trained: Trained) -> Method:
+    """`batch_ensemble`, `lora_ensemble`: the single-pass ensemble the train stage saved."""
+    return saved_method(name, trained.saved("efficient", name), trained.dtype)
+
+
 BUILDERS: dict[str, Callable[[str, Trained], Method]] = {
     "single": single,
     "deep_ensemble": deep_ensemble,
     "mc_dropout": mc_dropout,
     **{f"hydra_{s}": hydra for s in STRATEGIES},
     **{f"pruned_{s}": pruned for s in STRATEGIES},
+    "batch_ensemble": efficient,
+    "lora_ensemble": efficient,
 }
 # The methods that are members of a baselines run, not Hydra artefacts.
 MEMBER_METHODS = ("single", "deep_ensemble", "mc_dropout")

@@ -272,3 +272,29 @@ def test_new_families_lay_out_their_heads_and_predict_as_on_one_device():
         for name in names:
             assert layer[name]["kernel"].sharding.spec == P(None, "heads", None), name
         assert_close(got, want, err_msg=type(config).__name__)
+
+
+def test_efficient_ensembles_split_their_members_and_predict_as_on_one_device():
+    """A BatchEnsemble and a LoRA-Ensemble of 2 members on data=2 x member=2 x heads=2: every
+    leaf under `members` is split over `member`, the shared q/k/v kernels over `heads`, and the
+    member logits equal the one-device logits."""
+    model = with_classifier(hj.Model.init(CONFIG, jax.random.key(4)), 3, jax.random.key(5))
+    rng = np.random.default_rng(3)
+    ids = rng.integers(3, 31, (8, 9)).astype(np.int32)
+    mask = (np.arange(9)[None] < rng.integers(3, 10, (8, 1))).astype(np.int32)
+    key = jax.random.key(6)
+    for ensemble in (hydra.batch_ensemble(model, 2, key), hydra.lora_ensemble(model, 2, key, 2)):
+        adapters = ensemble.params["members"]["adapters"]  # LoRA's b: nonzero, to compare
+        members = {**ensemble.params["members"], "adapters": jax.tree.map(lambda x: x + 0.3,
+                                                                          adapters)}  # fmt: skip
+        ensemble = hj.Model(ensemble.config, {**ensemble.params, "members": members})
+        want = ensemble(input_ids=ids, attention_mask=mask).logits
+        with jax.set_mesh(make_mesh(2, 2, 2)):
+            params = place_params(ensemble.params)
+            forward = jax.jit(lambda p, e=ensemble: e.apply(p, input_ids=ids, attention_mask=mask))
+            got = forward(params).logits
+        for path, leaf in jax.tree_util.tree_leaves_with_path(params["members"]):
+            assert leaf.sharding.spec[0] == "member", path_string(path)
+        query = params["shared"]["encoder"]["layer_0"]["attention"]["query"]["kernel"]
+        assert query.sharding.spec == P(None, "heads", None)
+        assert_close(got, want, err_msg=type(ensemble.config).__name__)

@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 import hydra_jax as hj
+from bench.ensemble import compare_efficient, efficient_forwards
 from bench.processes import alternating, median_of, print_worker, time_calls
 from bench.timing import interleaved, medians
 from configs import vit_fmnist
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         "single": (baselines.single(single), single.params),
         f"hydra (M={M}, {N // M} heads)": (lambda p, b: fused.apply(p, **b).logits, fused.params),
         "deep_ensemble (vmap)": (baselines.deep_ensemble(single), baselines.stack(members)),
+        **efficient_forwards(single, M),
     }
     compiled = {
         name: (jax.jit(f).lower(w, batch).compile(), w) for name, (f, w) in forwards.items()
@@ -138,6 +140,7 @@ def main(argv: list[str] | None = None) -> None:
               f"FLOPs {flops[hydra_name] / flops[de]:.3f}")  # fmt: skip
     print(f"hydra / single: latency {times[hydra_name] / times['single']:.3f}, FLOPs "
           f"{flops[hydra_name] / flops['single']:.3f}")  # fmt: skip
+    compare_efficient(times, flops, hydra_name)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@ checkpoint and your data files, with nothing but command-line fields.
 
 Methods: `single`, `deep_ensemble`, `mc_dropout`, `hydra_S` and `pruned_S` for a strategy S
 (`taylor`, `hies`, `circuit`, `stratified`), and the single-pass ensembles `batch_ensemble`
-(BatchEnsemble: rank-1 factors on every dense layer, `batch_ensemble.factor_std`) and
-`lora_ensemble` (LoRA adapters of `lora_ensemble.rank` on a frozen backbone, member heads).
+(BatchEnsemble: rank-1 factors on every dense layer, `batch_ensemble.factor_std`),
+`lora_ensemble` (LoRA adapters of `lora_ensemble.rank` on a frozen backbone, member heads) and
+`packed_ensemble` (Packed-Ensembles of the checkpoint's architecture, `packed_ensemble.alpha`
+and `.groups`, trained from scratch: it cannot use the pretrained weights).
 
 Text tables read the columns `data.text_column` (default `text`), `data.label_column` (`label`)
 and, for sentence pairs, `data.pair_column`. Labels may be integers or strings (mapped through
@@ -78,6 +80,10 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.batch_ensemble = ml_collections.ConfigDict(dict(factor_std=0.5, train=dict()))
     c.lora_ensemble = ml_collections.ConfigDict(
         dict(rank=8, alpha=16.0, targets="query,key,value,out", train=dict(learning_rate=5e-4))
+    )
+    # Packed-Ensembles: the checkpoint's architecture, trained from scratch (no pretrained start).
+    c.packed_ensemble = ml_collections.ConfigDict(
+        dict(alpha=2.0, groups=1, train=dict(learning_rate=5e-4))
     )
     # Hydra members: fine-tuning after pruning (fields not set here come from `train`).
     c.num_members = 3

@@ -198,14 +198,16 @@ def test_a_prepared_tfds_dataset_feeds_the_study(tmp_path, text_encoder_dir, syn
     config.data.update(train="tfds:vader_sentences/movie_reviews:train",
                        test="tfds:vader_sentences/movie_reviews:test",
                        train_limit=16, eval_limit=8)  # fmt: skip
-    config.methods = "single,batch_ensemble,lora_ensemble"
+    config.methods = "single,batch_ensemble,lora_ensemble,packed_ensemble"
     custom.train(config, tmp_path / "run")
     results = custom.evaluate(config, tmp_path / "run")
-    assert set(results["methods"]) == {"single", "batch_ensemble", "lora_ensemble"}
+    assert set(results["methods"]) == {"single", "batch_ensemble", "lora_ensemble",
+                                       "packed_ensemble"}  # fmt: skip
     assert json.loads((tmp_path / "run" / "classes.json").read_text()) == ["0", "1"]
-    for kind in ("batch_ensemble", "lora_ensemble"):  # M members in one pass
+    for kind in ("batch_ensemble", "lora_ensemble", "packed_ensemble"):  # M members, one pass
         logits = np.load(tmp_path / "run" / "predictions" / f"{kind}.npz")["id_logits"]
         assert logits.shape == (8, config.ensemble_size, 2)
+    for kind in ("batch_ensemble", "lora_ensemble"):
         assert results["methods"][kind]["cost"]["params"] > results["methods"]["single"]["cost"][
             "params"]  # fmt: skip
     lora = hj.load_model(tmp_path / "run" / "efficient" / "lora_ensemble")

@@ -1,7 +1,8 @@
-"""BatchEnsemble and LoRA-Ensemble against their definitions: each member equals the plain model
-run with its own merged weights (`W * outer(r, s)` and its biases; `W + (alpha / R) A B` and its
-head), identity at the neutral initialisation, parameter counts by formula, a frozen LoRA
-backbone under `fit`, save / load, and the refusals."""
+"""BatchEnsemble, LoRA-Ensemble and Packed-Ensembles against their definitions: each member
+equals the plain model run with its own merged weights (`W * outer(r, s)` and its biases;
+`W + (alpha / R) A B` and its head; block-diagonal kernels), identity at the neutral
+initialisation, parameter counts by formula, a frozen LoRA backbone under `fit`, save / load,
+and the refusals."""
 
 from __future__ import annotations
 
@@ -15,9 +16,16 @@ from flax import traverse_util
 
 import hydra_jax as hj
 from hydra_jax.data import TokenizedSet
-from hydra_jax.ensembles import batch_ensemble, lora_ensemble, parameter_count, trainable
+from hydra_jax.ensembles import (
+    batch_ensemble,
+    lora_ensemble,
+    packed_ensemble,
+    parameter_count,
+    trainable,
+)
 from hydra_jax.models import BertConfig, EncoderConfig, ViTConfig, with_classifier
 from hydra_jax.models.efficient import adapted_layers
+from hydra_jax.models.packed import from_blocks, grouped_dense, grouped_layers, to_blocks
 from hydra_jax.testing import assert_close
 from hydra_jax.training import TrainSettings, fit
 
@@ -209,3 +217,86 @@ def test_bad_arguments_are_refused_by_name(models):
         with_classifier(ensemble, 2, key)
     with pytest.raises(TypeError, match="trainable takes"):
         trainable(model)
+
+
+# Packed-Ensembles: trained from scratch, so only architectures and identities to check.
+PACKED_VIT = ViTConfig(EncoderConfig((3, 3), 24, 8, 20, "gelu", 1e-6, pre_norm=True), 8, 4,
+                       num_channels=2, num_labels=C)  # fmt: skip
+PACKED_BERT = BertConfig(EncoderConfig((3, 3), 24, 8, 20, "gelu", 1e-12, pre_norm=False), 37,
+                         16, 2, num_labels=C)  # fmt: skip
+
+
+@pytest.mark.parametrize("inputs", [1, 2])
+def test_grouped_layers_are_their_block_diagonal_dense_layers(inputs):
+    """`grouped_dense` == `x @ from_blocks(kernel)`, and `to_blocks` inverts `from_blocks`."""
+    rng = np.random.default_rng(3)
+    G = 3
+    shape = (G, 2, 5, 4) if inputs == 2 else (G, 4, 3, 2)  # [G, in_0/G, ..., out_0/G, ...]
+    blocks = jnp.asarray(rng.normal(size=shape), jnp.float32)
+    dense = from_blocks(blocks, inputs)
+    assert dense.shape == ((6, 5, 12) if inputs == 2 else (12, 9, 2))
+    x = jnp.asarray(rng.normal(size=(7, *dense.shape[:inputs])), jnp.float32)
+    bias = jnp.asarray(rng.normal(size=dense.shape[inputs:]), jnp.float32)
+    want = jnp.tensordot(x, dense, axes=inputs) + bias[None]
+    assert_close(grouped_dense(x, blocks, bias, inputs, None), want)
+    np.testing.assert_array_equal(to_blocks(dense, inputs, G), blocks)
+    assert np.count_nonzero(np.asarray(dense)) == blocks.size  # zeros off the diagonal blocks
+
+
+def test_one_packed_member_at_alpha_1_is_the_plain_model():
+    """alpha = 1, gamma = 1, M = 1: the plain model's function on the same weights."""
+    model = hj.Model.init(PACKED_VIT, jax.random.key(20))
+    packed = packed_ensemble(PACKED_VIT, 1, jax.random.key(21), alpha=1.0)
+    assert packed.config.member == PACKED_VIT
+    params = {"members": jax.tree.map(lambda x: x[None], model.params)}
+    images = {"pixel_values": np.random.default_rng(4).normal(size=(5, 2, 8, 8)).astype(np.float32)}
+    got = hj.Model(packed.config, params)(**images).logits
+    assert_close(got[:, 0], model(**images).logits)
+
+
+def test_packed_members_are_narrow_models_with_grouped_layers():
+    """M = 2, alpha = 2, gamma = 2: each member has width 24, 6 heads of 4, MLP 20, and equals
+    its own dense model with block-diagonal kernels; the count follows the formula."""
+    packed = packed_ensemble(PACKED_VIT, 2, jax.random.key(22), alpha=2.0, groups=2)
+    e = packed.config.member.encoder
+    assert (e.width, e.num_heads, e.head_dim, e.mlp_dim) == (24, (6, 6), 4, 20)
+    layers = grouped_layers(packed.config)
+    assert sorted(p.split("/")[-1] for p in layers) == sorted(
+        ["query", "key", "value", "out", "fc1", "fc2"] * 2)  # fmt: skip
+    images = {"pixel_values": np.random.default_rng(5).normal(size=(5, 2, 8, 8)).astype(np.float32)}
+    out = np.asarray(packed(**images).logits)
+    assert out.shape == (5, 2, C)
+    for m in range(2):
+        own = jax.tree.map(lambda x, m=m: x[m], packed.params["members"])
+        flat = traverse_util.flatten_dict(own)
+        for path, layer in layers.items():
+            key = (*path.split("/"), "kernel")
+            flat[key] = from_blocks(flat[key], layer.inputs)
+        dense = hj.Model(packed.config.member, traverse_util.unflatten_dict(flat))
+        assert_close(out[:, m], dense(**images).logits)
+    size = sum(x.size for x in jax.tree.leaves(packed.params))
+    assert size == parameter_count(packed)
+    dense_size = sum(
+        x.size
+        for x in jax.tree.leaves(hj.Model.init(packed.config.member, jax.random.key(0)).params)
+    )
+    halved = sum(math.prod(d.kernel) // 2 for d in layers.values())
+    assert size == 2 * (dense_size - halved)
+
+
+def test_packed_ensembles_train_save_and_refuse_bad_shapes(tmp_path):
+    packed = packed_ensemble(PACKED_BERT, 2, jax.random.key(23), alpha=2.0, groups=2)
+    rng = np.random.default_rng(6)
+    tokens = [np.r_[1, rng.integers(4, 30, 6), 2].astype(np.int32) for _ in range(16)]
+    data = TokenizedSet(tokens, rng.integers(0, C, 16))
+    settings = TrainSettings(epochs=1, batch_size=8, learning_rate=1e-2, checkpoint_every=100)
+    trained = fit(packed, data, settings, tmp_path / "fit", trainable=trainable(packed))
+    assert any(np.abs(np.asarray(a - b)).max() > 0 for a, b in zip(
+        jax.tree.leaves(packed.params), jax.tree.leaves(trained.params), strict=True))  # fmt: skip
+    hj.save_model(trained, tmp_path / "saved")
+    loaded = hj.load_model(tmp_path / "saved")
+    assert loaded.config == trained.config
+    with pytest.raises(ValueError, match=r"member width alpha\*D/M = 9.6 must be a whole multiple"):
+        packed_ensemble(PACKED_BERT, 5, jax.random.key(0), alpha=2.0)
+    with pytest.raises(TypeError, match="takes one architecture"):
+        packed_ensemble(packed.config, 2, jax.random.key(0))

@@ -25,6 +25,7 @@ from hydra_jax.models import (
     LoraEnsembleConfig,
     Model,
     ModernBertConfig,
+    PackedEnsembleConfig,
     RelativeAttention,
     SiglipConfig,
     SiglipTextConfig,
@@ -38,8 +39,9 @@ _CONFIGS = {
     c.__name__: c
     for c in (EncoderConfig, BertConfig, ViTConfig, CLIPTextConfig, CLIPVisionConfig,
               CLIPConfig, CLIPVisionTowerConfig, DualEncoderConfig, HydraConfig,
-              BatchEnsembleConfig, LoraEnsembleConfig, ModernBertConfig, RelativeAttention,
-              SiglipConfig, SiglipTextConfig, SiglipVisionConfig, SiglipVisionTowerConfig)
+              BatchEnsembleConfig, LoraEnsembleConfig, PackedEnsembleConfig, ModernBertConfig,
+              RelativeAttention, SiglipConfig, SiglipTextConfig, SiglipVisionConfig,
+              SiglipVisionTowerConfig)
 }  # fmt: skip
 CONFIG_FILE = "model_config.json"
 

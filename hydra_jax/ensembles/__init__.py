@@ -9,6 +9,7 @@ from hydra_jax.ensembles import baselines
 from hydra_jax.ensembles.efficient import (
     batch_ensemble,
     lora_ensemble,
+    packed_ensemble,
     parameter_count,
     trainable,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "hies_head_sets",
     "lora_ensemble",
     "members_from",
+    "packed_ensemble",
     "parameter_count",
     "stratified_head_sets",
     "taylor_head_sets",

@@ -1,19 +1,22 @@
-"""The efficient ensembles the Hydra paper compares with, as transforms of one model.
+"""The efficient ensembles the Hydra paper compares with.
 
     be = hj.ensembles.batch_ensemble(model, 3, key)          # BatchEnsemble
     lora = hj.ensembles.lora_ensemble(model, 3, key, rank=8)  # LoRA-Ensemble
     lora = hj.fit(lora, train, settings, workdir, trainable=hj.ensembles.trainable(lora))
     lora(**batch).logits                                      # [B, M, C], one forward pass
+    packed = hj.ensembles.packed_ensemble(model.config, 4, key, alpha=2, groups=2)
 
 Each returns a `Model` whose `apply` runs every member in one pass and gives `[B, M, C]` member
 logits, as a fused Hydra does, so training (`fit`: every member learns the labels), prediction,
-metrics, costs and `save_model` / `load_model` treat it like any model. Both start from a model
-of any single-encoder family with a classifier (`with_classifier`). How they compute:
-`hydra_jax.models.efficient`.
+metrics, costs and `save_model` / `load_model` treat it like any model. BatchEnsemble and
+LoRA-Ensemble transform a model of any single-encoder family with a classifier
+(`with_classifier`); a Packed-Ensemble takes only an architecture and trains from scratch. How
+they compute: `hydra_jax.models.efficient` and `hydra_jax.models.packed`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import jax
@@ -23,10 +26,13 @@ from hydra_jax.models import (
     ENSEMBLE_CONFIGS,
     BatchEnsembleConfig,
     LoraEnsembleConfig,
+    MemberConfig,
     Model,
+    PackedEnsembleConfig,
     with_classifier,
 )
 from hydra_jax.models import efficient as _efficient
+from hydra_jax.models import packed as _packed
 from hydra_jax.models.architectures import CLASSIFIER_PARAMS
 from hydra_jax.models.config import LORA_TARGETS
 
@@ -86,16 +92,48 @@ def lora_ensemble(
     return Model(config, _efficient.init_params(config, model.params, adapter_key, heads))
 
 
+def packed_ensemble(
+    config: MemberConfig, num_members: int, rng: jax.Array, alpha: float = 2.0, groups: int = 1
+) -> Model:
+    """A Packed-Ensemble (Laurent et al., ICLR 2023) of `num_members` members of the
+    architecture `config` (a checkpoint's `model.config`, or a preset), randomly initialised.
+
+    Member width `alpha D / M`, `groups` (gamma) x the heads, encoder dense layers grouped into
+    `groups` blocks (`hydra_jax.models.packed`). It cannot start from pretrained weights: train
+    it from scratch with `fit`. `alpha=1, groups=1, num_members=1` is `config`'s own model.
+    """
+    if isinstance(config, ENSEMBLE_CONFIGS):
+        raise TypeError(f"packed_ensemble takes one architecture, not {type(config).__name__}")
+    M, G = checks.count("num_members", num_members), checks.count("groups", groups)
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    member = _packed.packed_member(config, M, float(alpha), G)
+    return Model.init(PackedEnsembleConfig(member, M, G), rng)
+
+
 def trainable(model: Model) -> Callable[[tuple[str, ...]], bool]:
     """The `fit(trainable=...)` predicate of an efficient ensemble: every weight of a
-    BatchEnsemble, only the adapters and member heads of a LoRA-Ensemble."""
+    BatchEnsemble or a Packed-Ensemble, only the adapters and member heads of a LoRA-Ensemble."""
+    if isinstance(model.config, PackedEnsembleConfig):
+        return lambda path: True
     if not isinstance(model.config, BatchEnsembleConfig | LoraEnsembleConfig):
-        raise TypeError(f"trainable takes a BatchEnsemble or LoRA-Ensemble, not "
-                        f"{type(model.config).__name__}")  # fmt: skip
+        raise TypeError(f"trainable takes a BatchEnsemble, LoRA-Ensemble or Packed-Ensemble, "
+                        f"not {type(model.config).__name__}")  # fmt: skip
     return _efficient.trainable(model.config)
 
 
-def parameter_count(model: Model, member: Model) -> int:
-    """The weight count an efficient ensemble `model` built from `member` has by its formula
-    (`hydra_jax.models.efficient.parameter_count`)."""
-    return _efficient.parameter_count(model.config, member.params)
+def parameter_count(model: Model, member: Model | None = None) -> int:
+    """The weight count of an efficient ensemble `model` by its formula: a BatchEnsemble or
+    LoRA-Ensemble from the model `member` it was built from
+    (`hydra_jax.models.efficient.parameter_count`); a Packed-Ensemble from its member
+    architecture, M dense members less the off-diagonal blocks of each grouped layer."""
+    config = model.config
+    if isinstance(config, PackedEnsembleConfig):
+        dense = Model.init(config.member, jax.random.key(0)).params
+        size = sum(x.size for x in jax.tree.leaves(dense))
+        G, layers = config.groups, _packed.grouped_layers(config).values()
+        off_diagonal = sum(math.prod(d.kernel) * (G - 1) // G for d in layers)
+        return config.num_members * (size - off_diagonal)
+    if member is None:
+        raise ValueError("parameter_count of a BatchEnsemble or LoRA-Ensemble needs its member")
+    return _efficient.parameter_count(config, member.params)

@@ -6,7 +6,8 @@ published as an HF directory `hf/member_M` with the checkpoint's tokenizer or im
 files; then, for every strategy a `hydra_*` or `pruned_*` method names, member head sets from
 member 0, the members compacted, fine-tuned and fused (`fused/STRATEGY`; member 0 alone in
 `pruned/STRATEGY`); for `batch_ensemble` / `lora_ensemble`, that ensemble of `ensemble_size`
-members built from `config.model` (with member 0's initial classifier) and fine-tuned
+members built from `config.model` (with member 0's initial classifier) and fine-tuned, and for
+`packed_ensemble` a Packed-Ensemble of `config.model`'s architecture trained from scratch
 (`efficient/KIND`). `evaluate(config, workdir)` loads those and evaluates `config.methods` on
 `data.test` and every OOD set. A checkpoint without a classifier gets one sized from the labels;
 one with a classifier keeps it, and the labels must fit it.

@@ -140,7 +140,8 @@ def fine_tuned_members(
     return members
 
 
-EFFICIENT = ("batch_ensemble", "lora_ensemble")  # the single-pass ensembles a study trains
+# The single-pass ensembles a study trains (Packed-Ensembles from scratch, on the architecture).
+EFFICIENT = ("batch_ensemble", "lora_ensemble", "packed_ensemble")
 
 
 def efficient_settings(config: ml_collections.ConfigDict, kind: str) -> TrainSettings:
@@ -153,10 +154,12 @@ def efficient_ensemble(
 ) -> Model:
     """`config.ensemble_size` members of `kind` from `model` (a classifier), initialised with
     `seed`. A LoRA-Ensemble gets `fresh_heads`-way member heads, one draw each (0: copies of
-    `model`'s own fine-tuned head)."""
+    `model`'s own fine-tuned head); a Packed-Ensemble takes only `model`'s architecture."""
     c, M, key = config[kind], config.ensemble_size, jax.random.key(seed)
     if kind == "batch_ensemble":
         return ensembles.batch_ensemble(model, M, key, c.factor_std)
+    if kind == "packed_ensemble":
+        return ensembles.packed_ensemble(model.config, M, key, c.alpha, c.groups)
     targets = tuple(t.strip() for t in str(c.targets).split(",") if t.strip())
     return ensembles.lora_ensemble(model, M, key, c.rank, c.alpha, targets,
                                    num_labels=fresh_heads or None)  # fmt: skip
@@ -165,7 +168,7 @@ def efficient_ensemble(
 def fit_efficient(
     workdir: Workdir, kind: str, ensemble: Model, train: Dataset, settings: TrainSettings
 ) -> Model:
-    """`ensemble` fine-tuned on `train` (resuming in `efficient_training/KIND`; a LoRA-Ensemble's
+    """`ensemble` trained on `train` (resuming in `efficient_training/KIND`; a LoRA-Ensemble's
     backbone frozen) and saved to `efficient/KIND`; one an earlier run saved is loaded and keeps
     that run's time."""
     path = workdir.path / "efficient" / kind

@@ -2,7 +2,7 @@
 
 Each method is built from what a train stage left (`Trained`): the published member classifiers
 (`hf/member_M`), the saved fused Hydras and pruned members (`fused/S`, `pruned/S`) and the
-efficient ensembles (`efficient/batch_ensemble`, `efficient/lora_ensemble`). A new
+efficient ensembles (`efficient/KIND`: `batch_ensemble`, `lora_ensemble`, `packed_ensemble`). A new
 method is one function here and one line of `BUILDERS`: it returns a `Method`, a forward to
 `[B, M, C]` logits and its weights, and the prediction loop, metrics, costs and reports treat
 it like every other.
@@ -51,7 +51,7 @@ class Trained:
 
     def saved(self, kind: str, strategy: str) -> Path:
         """The saved `fused` Hydra or `pruned` member 0 of `strategy`, or the `efficient`
-        ensemble `strategy` (`batch_ensemble`, `lora_ensemble`)."""
+        ensemble `strategy` (`batch_ensemble`, `lora_ensemble`, `packed_ensemble`)."""
         path = self.hydras / kind / strategy
         if not (path / CONFIG_FILE).is_file():
             what = {"fused": "fused Hydra", "pruned": "pruned member"}.get(kind, "ensemble")
@@ -89,7 +89,8 @@ def pruned(name: str, trained: Trained) -> Method:
 
 
 def efficient(name: str, trained: Trained) -> Method:
-    """`batch_ensemble`, `lora_ensemble`: the single-pass ensemble the train stage saved."""
+    """`batch_ensemble`, `lora_ensemble`, `packed_ensemble`: the single-pass ensemble the train
+    stage saved."""
     return saved_method(name, trained.saved("efficient", name), trained.dtype)
 
 
@@ -101,6 +102,7 @@ BUILDERS: dict[str, Callable[[str, Trained], Method]] = {
     **{f"pruned_{s}": pruned for s in STRATEGIES},
     "batch_ensemble": efficient,
     "lora_ensemble": efficient,
+    "packed_ensemble": efficient,
 }
 # The methods that are members of a baselines run, not Hydra artefacts.
 MEMBER_METHODS = ("single", "deep_ensemble", "mc_dropout")

@@ -465,9 +465,29 @@ class LoraEnsembleConfig:
         return self.alpha / self.rank
 
 
+@dataclasses.dataclass(frozen=True)
+class PackedEnsembleConfig:
+    """Packed-Ensembles (Laurent et al., ICLR 2023): M narrow members, trained from scratch, in
+    one network.
+
+    `member` is each member's architecture (`hydra_jax.models.packed.packed_member`: a base
+    model's at `alpha` times its width, split M ways, with `groups` times its heads). With
+    `groups` (the paper's gamma) > 1 every dense layer of a member's encoder layers is grouped:
+    block-diagonal with `groups` blocks, each holding whole heads.
+    """
+
+    member: MemberConfig
+    num_members: int
+    groups: int = 1
+
+    def __post_init__(self) -> None:
+        checks.count("num_members", self.num_members)
+        checks.count("groups", self.groups)
+
+
 # Several members of one architecture run as one network: each has `member` and `num_members`.
-EnsembleConfig = HydraConfig | BatchEnsembleConfig | LoraEnsembleConfig
-ENSEMBLE_CONFIGS = (HydraConfig, BatchEnsembleConfig, LoraEnsembleConfig)
+EnsembleConfig = HydraConfig | BatchEnsembleConfig | LoraEnsembleConfig | PackedEnsembleConfig
+ENSEMBLE_CONFIGS = (HydraConfig, BatchEnsembleConfig, LoraEnsembleConfig, PackedEnsembleConfig)
 
 
 ArchConfig = (
@@ -482,6 +502,7 @@ ArchConfig = (
     | HydraConfig
     | BatchEnsembleConfig
     | LoraEnsembleConfig
+    | PackedEnsembleConfig
 )
 
 

@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 
 from hydra_jax import checks
-from hydra_jax.models import efficient, fused
+from hydra_jax.models import efficient, fused, packed
 from hydra_jax.models.architectures import (
     CLASSIFIER_PARAMS,
     PASSIVE_INPUTS,
@@ -28,6 +28,7 @@ from hydra_jax.models.config import (
     EncoderConfig,
     HydraConfig,
     LoraEnsembleConfig,
+    PackedEnsembleConfig,
     with_compute_dtype,
 )
 from hydra_jax.models.inputs import check_head_mask
@@ -56,7 +57,9 @@ class Model:
         """Randomly initialised weights (tests, training from scratch).
 
         A fused Hydra is initialised as the fusion of M independently initialised members; a
-        BatchEnsemble or LoRA-Ensemble as the transform of one initialised member.
+        BatchEnsemble or LoRA-Ensemble as the transform of one initialised member; a
+        Packed-Ensemble's members each as their family initialises a model (grouped layers: the
+        diagonal blocks).
         """
         if isinstance(config, HydraConfig):
             keys = jax.random.split(rng, config.num_members)
@@ -66,6 +69,10 @@ class Model:
             model_key, adapter_key = jax.random.split(rng)
             base = cls.init(config.member, model_key)
             return cls(config, efficient.init_params(config, base.params, adapter_key))
+        if isinstance(config, PackedEnsembleConfig):
+            keys = jax.random.split(rng, config.num_members)
+            members = [cls.init(config.member, k).params for k in keys]
+            return cls(config, packed.init_params(config, members))
         params = module_of(config).init(rng, **dummy_inputs(config))["params"]
         return cls(config, params)
 
@@ -114,6 +121,8 @@ class Model:
                 return fused.apply(
                     self.config, module_of(self.config.member), params, kwargs, dropout_rng
                 )
+            if isinstance(self.config, PackedEnsembleConfig):
+                return packed.apply(self.config, params, kwargs, dropout_rng)
             return efficient.apply(self.config, params, kwargs, dropout_rng)
         rngs = None if dropout_rng is None else {"dropout": dropout_rng}
         return self.module.apply(

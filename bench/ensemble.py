@@ -1,6 +1,7 @@
 """Ensemble costs: single, fused Hydra, Deep Ensemble (vmapped and sequential), MC dropout
 (samples run by `lax.map`, as in the library, and `vmap`ped), and the single-pass ensembles
-BatchEnsemble and LoRA-Ensemble (rank 8 on q, k, v, out) at the same M.
+BatchEnsemble, LoRA-Ensemble (rank 8 on q, k, v, out) and Packed-Ensembles (alpha 2, or 3
+where 2 does not divide the width into the members' heads; gamma 2) at the same M.
 
 MiniLM-L6 shapes (real weights, random classifier), batch 32 x 64 tokens, CPU fp32, interleaved
 rounds; medians, XLA FLOPs, and each latency ratio divided by its FLOP ratio. Targets (SPEC
@@ -97,9 +98,10 @@ def main() -> None:
 
 
 def efficient_forwards(single: hj.Model, M: int) -> dict[str, tuple]:
-    """BatchEnsemble and LoRA-Ensemble (rank 8) of `M` members from `single`: `{name: (forward,
-    weights)}`. Their adapters are perturbed from the neutral start (LoRA's B is 0 there), which
-    changes no timing but keeps XLA from simplifying anything away."""
+    """BatchEnsemble and LoRA-Ensemble (rank 8) of `M` members from `single`, and a
+    Packed-Ensemble of its architecture: `{name: (forward, weights)}`. The adapters are perturbed
+    from the neutral start (LoRA's B is 0 there), which changes no timing but keeps XLA from
+    simplifying anything away."""
     out = {}
     for name, ensemble in (
         ("batch_ensemble", hydra.batch_ensemble(single, M, jax.random.key(0))),
@@ -109,12 +111,20 @@ def efficient_forwards(single: hj.Model, M: int) -> dict[str, tuple]:
         params = {**ensemble.params, "members": {**ensemble.params["members"],
                                                  "adapters": adapters}}  # fmt: skip
         out[f"{name} (M={M})"] = (lambda p, b, e=ensemble: e.apply(p, **b).logits, params)
+    for alpha in (2.0, 3.0):
+        try:
+            packed = hydra.packed_ensemble(single.config, M, jax.random.key(0), alpha, groups=2)
+        except ValueError:  # the width does not divide at this alpha
+            continue
+        name = f"packed_ensemble (M={M}, alpha={alpha:g}, gamma=2)"
+        out[name] = (lambda p, b, e=packed: e.apply(p, **b).logits, packed.params)
+        break
     return out
 
 
 def compare_efficient(times: dict[str, float], flops: dict[str, float], hydra_name: str) -> None:
     """Hydra against each single-pass ensemble (latency and FLOPs), and each against single."""
-    for name in (n for n in times if n.startswith(("batch_ensemble", "lora_ensemble"))):
+    for name in (n for n in times if n.startswith(("batch_", "lora_", "packed_"))):
         print(f"hydra / {name}: latency {times[hydra_name] / times[name]:.3f}, FLOPs "
               f"{flops[hydra_name] / flops[name]:.3f}; {name} / single: latency "
               f"{times[name] / times['single']:.3f}")  # fmt: skip

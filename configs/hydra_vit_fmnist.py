@@ -32,8 +32,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.num_members = 3
     c.strategies = ("taylor", "circuit", "hies", "stratified")
     c.methods = (
-        "single", "deep_ensemble", "mc_dropout", "pruned_taylor", "pruned_circuit",
-        "pruned_hies", "hydra_taylor", "hydra_circuit", "hydra_hies", "hydra_stratified",
+        "single", "deep_ensemble", "mc_dropout", "batch_ensemble", "lora_ensemble",
+        "packed_ensemble", "pruned_taylor", "pruned_circuit", "pruned_hies", "hydra_taylor",
+        "hydra_circuit", "hydra_hies", "hydra_stratified",
     )  # fmt: skip
     c.calibration_size = 256  # Taylor: member m's random training subset
     c.hies_alphas = (0.25, 0.5, 0.75)  # one per member
@@ -54,7 +55,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.title += " (demo)"
         c.base_workdir = "runs/demo_vit"
         c.strategies = ("taylor", "circuit")
-        c.methods = ("single", "deep_ensemble", "mc_dropout", "hydra_taylor", "hydra_circuit")
+        c.methods = ("single", "deep_ensemble", "mc_dropout", "batch_ensemble", "lora_ensemble",
+                     "packed_ensemble", "hydra_taylor", "hydra_circuit")  # fmt: skip
         c.circuit.examples = 128
         c.member_train.epochs = 0.5
         c.eval.latency_repeats = 3

@@ -62,9 +62,18 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
             log_every=100,
         )
     )
-    c.methods = ("single", "deep_ensemble", "mc_dropout")
+    c.methods = ("single", "deep_ensemble", "mc_dropout", "batch_ensemble", "lora_ensemble",
+                 "packed_ensemble")  # fmt: skip
     c.ensemble_size = 3
     c.mc_dropout_samples = 10
+    # The single-pass ensembles (`ensemble_size` members); `train`: overrides of `c.train`.
+    # BatchEnsemble and Packed-Ensembles train from scratch like the members; the LoRA-Ensemble
+    # adapts the trained member 0 (rank 8 on q, k, v, out; a head per member), for 1 epoch.
+    c.batch_ensemble = ml_collections.ConfigDict(dict(factor_std=0.5, train=dict()))
+    c.lora_ensemble = ml_collections.ConfigDict(
+        dict(rank=8, alpha=16.0, targets="query,key,value,out", train=dict(epochs=1.0))
+    )
+    c.packed_ensemble = ml_collections.ConfigDict(dict(alpha=2.0, groups=2, train=dict()))
     c.eval = ml_collections.ConfigDict(
         dict(batch_size=256, num_bins=15, latency_batch=64, latency_repeats=10)
     )

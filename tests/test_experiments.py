@@ -112,7 +112,7 @@ def test_results_equal_metrics_recomputed_from_predictions(smoke_run):
     for name in config.methods:
         with np.load(workdir / "predictions" / f"{name}.npz") as npz:
             predictions = dict(npz)
-        members = {"single": 1, "deep_ensemble": 2, "mc_dropout": 3}[name]
+        members = {"single": 1, "mc_dropout": 3}.get(name, config.ensemble_size)
         assert predictions["id_probs"].shape == (96, members, 2)
         recomputed = method_metrics(predictions, list(config.data.ood_sets))
         assert recomputed["id"] == results["methods"][name]["id"]
@@ -418,14 +418,20 @@ def test_cli_on_two_processes_equals_one_process(smoke_run, tmp_path):
     # Metrics of logits that agree to float32 rounding: NLL and ECE move by about 1e-6 of their
     # value; accuracy and AUROC are counts that change only if a prediction or an ordering ties
     # within rounding, which 1e-5 would report.
+    # A BatchEnsemble trains its shared weights on a gradient summed over members, which the
+    # mesh splits over `member` and so sums in another order; Adam turns such rounding in a
+    # near-zero gradient into a step of about lr, so its predictions drift further and a few
+    # near-tied OOD scores of this near-chance smoke run (AUROC 0.53) may swap: 5e-4 is some
+    # ten swapped pairs, far below what a wrong member or a missing shard would move.
+    auroc_tolerance = {"batch_ensemble": 5e-4}
     for name in config.methods:
         for key in ("acc", "nll", "ece"):
             assert meshed["methods"][name]["id"][key] == pytest.approx(
                 results["methods"][name]["id"][key], abs=1e-5
             ), (name, key)
         assert meshed["methods"][name]["ood"]["mean"]["auroc"] == pytest.approx(
-            results["methods"][name]["ood"]["mean"]["auroc"], abs=1e-5
-        )
+            results["methods"][name]["ood"]["mean"]["auroc"], abs=auroc_tolerance.get(name, 1e-5)
+        ), name
     for member in (0, 1):  # one log line per logged step, written once
         log = run / "members" / f"member_{member}" / "metrics.jsonl"
         steps = [json.loads(line)["step"] for line in log.open()]

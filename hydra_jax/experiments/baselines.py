@@ -1,5 +1,6 @@
 """The uncertainty baselines: one classifier trained per seed, evaluated as single / deep
-ensemble / MC dropout.
+ensemble / MC dropout; and the single-pass ensembles the methods name (`batch_ensemble`,
+`lora_ensemble`, `packed_ensemble`), trained after the members.
 
 `train(config, workdir)` trains one classifier per member m (member 0 is `single`; members
 0..M-1 are the deep ensemble), with training seed `1000 * config.seed + m`: a pretrained
@@ -7,13 +8,19 @@ checkpoint fine-tuned with a new classifier (`config.checkpoint`), or a ViT trai
 (`config.model`). Each finished classifier is published as a HuggingFace directory
 `workdir/hf/member_M`, and everything downstream
 (`evaluate`, the pruning and Hydra experiments) loads those directories with
-`hydra_jax.from_pretrained`, as a user would load a hub checkpoint. `evaluate(config, workdir)`
+`hydra_jax.from_pretrained`, as a user would load a hub checkpoint. A BatchEnsemble and a
+Packed-Ensemble start where member 0 starts (the checkpoint with member 0's new classifier, or
+member 0's fresh ViT; a Packed-Ensemble takes its architecture only); a LoRA-Ensemble adapts
+the checkpoint, or, for a ViT trained from scratch, the trained member 0 (a frozen backbone must
+have learnt something), with a fresh head per member. Each is saved to `efficient/KIND`.
+`evaluate(config, workdir)`
 runs every method of `config.methods` on the ID test set, each OOD test set and each shifted
 test set and writes the artefacts of `hydra_jax.evaluation` (`evaluators.evaluate_methods`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +28,18 @@ import jax
 import ml_collections
 
 from hydra_jax.convert import from_pretrained
+from hydra_jax.data import Dataset
 from hydra_jax.experiments import artefacts, methods, study_data
 from hydra_jax.experiments.artefacts import hf_dir
 from hydra_jax.experiments.evaluators import evaluate_methods
-from hydra_jax.experiments.members import fit_classifiers, training_seed
+from hydra_jax.experiments.members import (
+    EFFICIENT,
+    efficient_ensemble,
+    efficient_settings,
+    fit_classifiers,
+    fit_efficient,
+    training_seed,
+)
 from hydra_jax.experiments.workdir import Workdir, WorkdirError
 from hydra_jax.models import Model, with_classifier
 from hydra_jax.training import TrainSettings
@@ -44,26 +59,48 @@ def initial_model(config: ml_collections.ConfigDict, seed: int, base: Model | No
     return with_classifier(base, study_data.num_classes(config), jax.random.key(seed))
 
 
-def fit_members(config: ml_collections.ConfigDict, workdir: Workdir) -> list[Model]:
+def fit_members(
+    config: ml_collections.ConfigDict, workdir: Workdir, base: Model | None, train: Dataset
+) -> list[Model]:
     """Trains one classifier per seed (resuming where a run stopped) and publishes each as an
     HF directory; a member trained by an earlier run keeps that run's time."""
-    base = None if "model" in config else artefacts.base_model(config)
-    study = study_data.load_data(config, base)
     seeds = [training_seed(config, member) for member in members(config)]
     our_pixels = study_data.is_images(config)
     return fit_classifiers(
-        workdir, study.train, TrainSettings(**config.train.to_dict()), seeds,
+        workdir, train, TrainSettings(**config.train.to_dict()), seeds,
         initial=lambda seed: initial_model(config, seed, base),
         publish=lambda model, path: artefacts.publish(model, path, our_pixels=our_pixels),
     )  # fmt: skip
 
 
+def fit_efficient_ensembles(
+    config: ml_collections.ConfigDict, workdir: Workdir, single: Model, base: Model | None,
+    train: Dataset,
+) -> None:  # fmt: skip
+    """Trains and saves every single-pass ensemble of `config.methods` (module docstring)."""
+    seed = training_seed(config, 0)
+    for kind in (n for n in config.methods if n in EFFICIENT):
+        start = initial_model(config, seed, base)
+        if kind == "lora_ensemble" and base is None:  # from scratch: adapt the trained member 0
+            start = single
+        fresh = study_data.num_classes(config) if kind == "lora_ensemble" else 0
+        ensemble = efficient_ensemble(config, kind, start, seed, fresh)
+        settings = dataclasses.replace(efficient_settings(config, kind), seed=seed)
+        fit_efficient(workdir, kind, ensemble, train, settings)
+
+
 def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> list[Model]:
-    """Trains one classifier per member seed into `workdir` (resuming where it stopped)."""
+    """Trains one classifier per member seed into `workdir`, then the single-pass ensembles the
+    methods name (resuming where it stopped)."""
     workdir = Workdir.of(workdir)
     TrainSettings(**config.train.to_dict())  # refuse bad settings before touching the workdir
+    for kind in (n for n in config.methods if n in EFFICIENT):
+        efficient_settings(config, kind)
     workdir.claim(config)
-    models = fit_members(config, workdir)
+    base = None if "model" in config else artefacts.base_model(config)
+    study = study_data.load_data(config, base)
+    models = fit_members(config, workdir, base, study.train)
+    fit_efficient_ensembles(config, workdir, models[0], base, study.train)
     workdir.save_stages()
     return models
 

@@ -50,14 +50,17 @@ class Trained:
         return self._loaded[index]
 
     def saved(self, kind: str, strategy: str) -> Path:
-        """The saved `fused` Hydra or `pruned` member 0 of `strategy`, or the `efficient`
-        ensemble `strategy` (`batch_ensemble`, `lora_ensemble`, `packed_ensemble`)."""
-        path = self.hydras / kind / strategy
+        """The saved `fused` Hydra or `pruned` member 0 of `strategy` (in `hydras`), or the
+        `efficient` ensemble `strategy` (in `members`: `batch_ensemble`, `lora_ensemble`,
+        `packed_ensemble`)."""
+        workdir = self.members if kind == "efficient" else self.hydras
+        path = workdir / kind / strategy
         if not (path / CONFIG_FILE).is_file():
-            what = {"fused": "fused Hydra", "pruned": "pruned member"}.get(kind, "ensemble")
+            what = {"fused": "a fused Hydra of strategy", "pruned": "a pruned member of strategy",
+                    "efficient": "the ensemble"}[kind]  # fmt: skip
             raise WorkdirError(
-                f"{path} holds no {what} of strategy {strategy!r}: run train.py with a config "
-                f"whose methods or strategies name it, and --workdir {self.hydras}, first"
+                f"{path} holds no {what} {strategy!r}: run train.py with a config whose methods "
+                f"or strategies name it, and --workdir {workdir}, first"
             )
         return path
 
@@ -89,8 +92,8 @@ def pruned(name: str, trained: Trained) -> Method:
 
 
 def efficient(name: str, trained: Trained) -> Method:
-    """`batch_ensemble`, `lora_ensemble`, `packed_ensemble`: the single-pass ensemble the train
-    stage saved."""
+    """`batch_ensemble`, `lora_ensemble`, `packed_ensemble`: the single-pass ensemble the
+    members' train stage saved."""
     return saved_method(name, trained.saved("efficient", name), trained.dtype)
 
 

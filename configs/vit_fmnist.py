@@ -6,8 +6,10 @@ random bits cost more than the attention itself on a CPU) is trained with our tr
 one per seed, and published as a HuggingFace `ViTForImageClassification` directory
 (`WORKDIR/hf/member_M`, with `preprocessor_config.json`); evaluation and the pruning and Hydra
 studies load those directories. Methods: `single` (member 0), `deep_ensemble` (3 ViTs, members
-0..2), `mc_dropout` (the single ViT, 10 dropout samples); every method is also evaluated on the
-first 2,000 test images under 4 corruptions at 3 severities.
+0..2), `mc_dropout` (the single ViT, 10 dropout samples), and the single-pass ensembles of 3
+members: `batch_ensemble` and `packed_ensemble` (alpha 2, gamma 2) trained from scratch as the
+members are, `lora_ensemble` adapting the trained member 0 for one epoch; every method is also
+evaluated on the first 2,000 test images under 4 corruptions at 3 severities.
 
 A study seed S is the variant suffix `,S` (`configs/vit_fmnist.py:demo,1`): it offsets every
 training seed by 1000 x S, so studies with seeds 0, 1, 2 share no model. Full run

@@ -1,5 +1,6 @@
 """The accelerator and scoring benchmarks run at tiny shapes, so they cannot rot unnoticed (the
-scoring one did once); the attention benchmark times the same function in three formulations."""
+scoring one did once); the attention benchmark times the same function in three formulations;
+the ensemble benchmark builds every single-pass ensemble it times."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+import hydra_jax as hj
 from bench import accelerator, scoring
 from bench.attention import head_major_normalised, token_major
+from bench.ensemble import efficient_forwards
+from hydra_jax.models import BertConfig, EncoderConfig, with_classifier
 from hydra_jax.models.attention import Attention, padding_bias
 from hydra_jax.testing import assert_close
 
@@ -50,3 +54,16 @@ def test_attention_bench_compares_the_same_function():
 def test_scoring_bench_runs_on_a_small_batch(capsys):
     assert scoring.main(["--examples", "2", "--tokens", "16", "--repeats", "1"]) > 0
     assert "ratio scoring / forward" in capsys.readouterr().out
+
+
+def test_ensemble_bench_builds_each_single_pass_ensemble():
+    """At M = 3, gamma = 2, 12 heads in a width of 48 do not divide at alpha 2 (32 wide, 24
+    heads) but do at alpha 3: the bench falls back to it, as for MiniLM (384 wide, 12 heads)."""
+    config = BertConfig(EncoderConfig((12,), 48, 4, 12, "gelu", 1e-12, pre_norm=False), 30, 12, 2)
+    model = with_classifier(hj.Model.init(config, jax.random.key(0)), 2, jax.random.key(1))
+    forwards = efficient_forwards(model, 3)
+    assert list(forwards) == ["batch_ensemble (M=3)", "lora_ensemble (M=3)",
+                              "packed_ensemble (M=3, alpha=3, gamma=2)"]  # fmt: skip
+    batch = {"input_ids": np.ones((2, 5), np.int32), "attention_mask": np.ones((2, 5), np.int32)}
+    for forward, weights in forwards.values():
+        assert forward(weights, batch).shape == (2, 3, 2)

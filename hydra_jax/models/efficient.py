@@ -107,7 +107,7 @@ def _batch_ensemble_layer(own: Params, layer: Dense, x: jax.Array, call: Callabl
     return y + _lead(own["bias"].astype(y.dtype), y.ndim) if layer.bias else y
 
 
-def _lora_layer(scale: float, own: Params, layer: Dense, x: jax.Array, call: Callable):
+def _lora_layer(scale: float, own: Params, layer: Dense, x: jax.Array, call: Callable) -> jax.Array:
     low = jnp.tensordot(x, own["a"].astype(x.dtype), axes=layer.inputs)  # [..., R]
     delta = jnp.tensordot(low, own["b"].astype(x.dtype), axes=1)  # [..., out...]
     y = call(x)

@@ -93,7 +93,7 @@ demo: setup
 		runs/demo_zero_shot$(SUFFIX)/report.md > runs/demo_report$(SUFFIX).md
 
 # The demo over study seeds 0, 1, 2, then mean +- std and pooled bootstrap intervals per study.
-PAIRS := hydra_circuit:deep_ensemble,hydra_taylor:deep_ensemble
+PAIRS := hydra_circuit:deep_ensemble,hydra_taylor:deep_ensemble,hydra_circuit:batch_ensemble,hydra_circuit:lora_ensemble
 demo-seeds: setup
 	$(MAKE) demo SEED=0
 	$(MAKE) demo SEED=1
@@ -101,7 +101,7 @@ demo-seeds: setup
 	$(BIN)/python seeds.py --workdirs runs/demo,runs/demo_seed1,runs/demo_seed2 --pairs $(PAIRS) \
 		--out runs/demo_seeds_text.md
 	$(BIN)/python seeds.py --workdirs runs/demo_vit_hydra,runs/demo_vit_hydra_seed1,runs/demo_vit_hydra_seed2 \
-		--pairs $(PAIRS) --out runs/demo_seeds_vision.md
+		--pairs $(PAIRS),hydra_circuit:packed_ensemble --out runs/demo_seeds_vision.md
 	$(BIN)/python seeds.py --workdirs runs/demo_zero_shot,runs/demo_zero_shot_seed1,runs/demo_zero_shot_seed2 \
 		--pairs hydra_circuit:single,hydra_taylor:single,pruned_circuit:single \
 		--out runs/demo_seeds_zero_shot.md

@@ -18,15 +18,39 @@ an element near zero is the difference of large intermediate terms and rounds li
 Where a test claims exactness (a gradient against finite differences, one formula against
 another), compare in float64 (`jax.enable_x64`) with a tolerance near float64's rounding instead.
 Bit equality is only for one program run twice (a restored checkpoint, a resumed run).
+
+Tiny models: `bert`, `vit`, `clip` and `dual_encoder` build configs of a few layers and a few
+heads by keyword (every field of `EncoderConfig` or of the family's config may be given), and
+`tiny` initialises one:
+
+    model = tiny(bert(layers=3, heads=5, head_dim=3, num_labels=2))
+
+Give each test module its own odd, distinct sizes (L != N != K != C): a swapped axis then
+fails with a shape error instead of passing by coincidence.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import jax
 import numpy as np
 
+from hydra_jax.models import (
+    BertConfig,
+    CLIPConfig,
+    CLIPTextConfig,
+    CLIPVisionConfig,
+    DualEncoderConfig,
+    EncoderConfig,
+    Model,
+    ViTConfig,
+)
+
 F32_RTOL = 1e-5
+_ENCODER_FIELDS = frozenset(f.name for f in dataclasses.fields(EncoderConfig))
+_SIZES = frozenset({"layers", "heads"})
 
 
 def assert_close(actual: Any, desired: Any, *, rtol: float = F32_RTOL, err_msg: str = "") -> None:
@@ -39,3 +63,77 @@ def assert_close(actual: Any, desired: Any, *, rtol: float = F32_RTOL, err_msg: 
         raise AssertionError(f"{err_msg} shapes differ: {actual.shape} != {desired.shape}".strip())
     scale = float(np.abs(desired).max()) if desired.size else 0.0
     np.testing.assert_allclose(actual, desired, rtol=0, atol=rtol * scale, err_msg=err_msg)
+
+
+def encoder(
+    *,
+    layers: int = 2,
+    heads: int | tuple[int, ...] = 4,
+    head_dim: int = 4,
+    mlp_dim: int = 10,
+    activation: str = "gelu",
+    layer_norm_eps: float = 1e-12,
+    pre_norm: bool = False,
+    **options: Any,
+) -> EncoderConfig:
+    """An `EncoderConfig` of `layers` layers of `heads` heads (a tuple: per layer), width N * K."""
+    num_heads = tuple(heads) if isinstance(heads, tuple) else (heads,) * layers
+    width = max(num_heads) * head_dim
+    return EncoderConfig(num_heads, width, head_dim, mlp_dim, activation, layer_norm_eps,
+                         pre_norm, **options)  # fmt: skip
+
+
+def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`options` as (EncoderConfig fields, the family config's own fields)."""
+    stack = {k: v for k, v in options.items() if k in _ENCODER_FIELDS or k in _SIZES}
+    return stack, {k: v for k, v in options.items() if k not in stack}
+
+
+def bert(
+    *, vocab_size: int = 50, max_positions: int = 12, type_vocab_size: int = 2, **options: Any
+) -> BertConfig:
+    """A post-LN BERT (pooler on); `options` are `encoder`'s or `BertConfig`'s fields."""
+    stack, own = _split(options)
+    return BertConfig(encoder(**stack), vocab_size, max_positions, type_vocab_size, **own)
+
+
+def vit(*, image_size: int = 8, patch_size: int = 4, **options: Any) -> ViTConfig:
+    """A pre-LN ViT on `image_size`-pixel RGB images; `options` as in `bert`."""
+    stack, own = _split(options)
+    return ViTConfig(encoder(**{"pre_norm": True, **stack}), image_size, patch_size, **own)
+
+
+def clip(
+    *,
+    text: dict[str, Any] | None = None,
+    vision: dict[str, Any] | None = None,
+    vocab_size: int = 30,
+    max_positions: int = 8,
+    image_size: int = 8,
+    patch_size: int = 4,
+    projection_dim: int = 6,
+) -> CLIPConfig:
+    """A CLIP of quick-GELU pre-LN towers (the text tower causal, its EOS the last id);
+    `text` and `vision` are `encoder` options of each tower."""
+    towers = {"activation": "quick_gelu", "layer_norm_eps": 1e-5, "pre_norm": True}
+    return CLIPConfig(
+        CLIPTextConfig(encoder(**{**towers, "causal": True, **(text or {})}), vocab_size,
+                       max_positions, vocab_size - 1),
+        CLIPVisionConfig(encoder(**{**towers, **(vision or {})}), image_size, patch_size),
+        projection_dim,
+    )  # fmt: skip
+
+
+def dual_encoder(
+    *,
+    vision: dict[str, Any] | None = None,
+    text: dict[str, Any] | None = None,
+    projection_dim: int = 6,
+) -> DualEncoderConfig:
+    """A ViT-BERT dual encoder; `vision` and `text` are options of `vit` and `bert`."""
+    return DualEncoderConfig(vit(**(vision or {})), bert(**(text or {})), projection_dim)
+
+
+def tiny(config: Any, seed: int = 0) -> Model:
+    """`config`'s model, initialised from `jax.random.key(seed)`."""
+    return Model.init(config, jax.random.key(seed))

@@ -1,0 +1,148 @@
+"""Training settings, study configs, workdirs and meshes refused before anything is written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from unittest import mock
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+import hydra_jax as hj
+from hydra_jax.data import TextEncoder, TokenizedSet
+from hydra_jax.experiments.workdir import Workdir, WorkdirError
+from hydra_jax.models import sharding
+from hydra_jax.training import TrainSettings, fit
+
+
+def conflict(tmp: Path):
+    Workdir(tmp / "owned").claim(ml_collections.ConfigDict({"a": 1}))
+    Workdir(tmp / "owned").claim(ml_collections.ConfigDict({"a": 2}))
+
+
+def as_two_processes(call):
+    """`call()` as process 0 of 2, seen from one process: its devices stand in for the global
+    devices, as every 2-process run has."""
+    with mock.patch.object(jax, "process_count", lambda: 2):
+        return call()
+
+
+CASES = [
+    pytest.param(
+        lambda c: TrainSettings(batch_size=0), ValueError, "train.batch_size", id="batch size 0"
+    ),
+    pytest.param(
+        lambda c: Workdir(c.tmp / "never_claimed").claim(
+            ml_collections.ConfigDict({"eval": {"batch_size": 0}})
+        ),
+        ValueError,
+        "eval.batch_size must be a positive integer",
+        id="evaluation batch size 0 in a config",
+    ),
+    pytest.param(
+        lambda c: Workdir(c.tmp / "never_claimed").claim(
+            ml_collections.ConfigDict({"data": {"train_limit": -1}})
+        ),
+        ValueError,
+        "data.train_limit must be a non-negative integer",
+        id="a negative train_limit in a config",
+    ),
+    pytest.param(
+        lambda c: TokenizedSet(list(c.ids), c.labels[:2]),
+        ValueError,
+        "labels must be [N], one per token array",
+        id="a token set with fewer labels than sentences",
+    ),
+    pytest.param(
+        lambda c: TextEncoder(hj.minilm_l6_path(), max_tokens=1),
+        ValueError,
+        "max_tokens ([CLS], a token, [SEP]) must be an integer of at least 3",
+        id="a token cap below [CLS] and [SEP]",
+    ),
+    pytest.param(
+        lambda c: fit(
+            c.bert,
+            TokenizedSet(list(c.ids), np.array([0, -1, 1])),
+            TrainSettings(batch_size=2),
+            c.tmp / "never_written",
+        ),
+        ValueError,
+        "training set: labels must be classes in",
+        id="OOD examples (label -1) in a training set",
+    ),
+    pytest.param(
+        lambda c: TrainSettings(epochs=-1.0), ValueError, "train.epochs", id="negative epochs"
+    ),
+    pytest.param(
+        lambda c: TrainSettings(checkpoint_every=0),
+        ValueError,
+        "train.checkpoint_every",
+        id="checkpoint every 0",
+    ),
+    pytest.param(
+        lambda c: TrainSettings(warmup_fraction=1.0),
+        ValueError,
+        "train.warmup_fraction",
+        id="warm-up fraction 1",
+    ),
+    pytest.param(
+        lambda c: TrainSettings(learning_rate=-0.001),
+        ValueError,
+        "train.learning_rate",
+        id="negative learning rate",
+    ),
+    pytest.param(
+        lambda c: TrainSettings(batch_size=2.5),
+        ValueError,
+        "train.batch_size must be an integer",
+        id="fractional batch size",
+    ),
+    pytest.param(
+        lambda c: TrainSettings(epochs=np.inf),
+        ValueError,
+        "train.epochs must be finite",
+        id="infinite epochs",
+    ),
+    pytest.param(
+        lambda c: TrainSettings(learning_rate=np.nan),
+        ValueError,
+        "train.learning_rate must be finite",
+        id="NaN learning rate",
+    ),
+    pytest.param(
+        lambda c: Workdir(c.tmp / "none").check(ml_collections.ConfigDict({"a": 1})),
+        WorkdirError,
+        "no run of this experiment",
+        id="evaluate a missing workdir",
+    ),
+    pytest.param(
+        lambda c: conflict(c.tmp), WorkdirError, "a: 1 -> 2", id="workdir of another config"
+    ),
+    pytest.param(
+        lambda c: sharding.make_mesh(data=4096),
+        ValueError,
+        "needs 4096 devices",
+        id="a mesh larger than the machine",
+    ),
+    pytest.param(
+        lambda c: sharding.make_mesh(member=0),
+        ValueError,
+        "mesh axis sizes must be positive integers",
+        id="a mesh axis of size 0",
+    ),
+    pytest.param(
+        lambda c: as_two_processes(lambda: sharding.make_mesh(data=1)),
+        ValueError,
+        "with several processes the mesh must span all of them",
+        id="2 processes, a mesh not spanning every device",
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "fragment"), CASES)
+def test_refused(call, error, fragment, c):
+    with pytest.raises(error, match=re.escape(fragment)):
+        call(c)

@@ -29,7 +29,7 @@ def main(process_id: int, port: int, out: Path) -> None:
     jax.config.update("jax_default_matmul_precision", "highest")  # as tests/conftest.py
     import numpy as np
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    # Run as a script, this file's directory (tests/) is sys.path[0].
     from test_sharding import COMPACT_KEEP, run_all, scenario
 
     import hydra_jax as hj

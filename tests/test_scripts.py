@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
-import same_predictions
+from scripts import same_predictions  # the repository root is on pytest's pythonpath
 
 
 def _run(tmp_path: Path, name: str, rows: list[dict], logits: np.ndarray) -> Path:

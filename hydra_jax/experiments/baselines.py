@@ -94,6 +94,7 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> list[Mo
     methods name (resuming where it stopped)."""
     workdir = Workdir.of(workdir)
     TrainSettings(**config.train.to_dict())  # refuse bad settings before touching the workdir
+    methods.check_names(config.methods)  # an unknown method would fail only at evaluation
     for kind in (n for n in config.methods if n in EFFICIENT):
         efficient_settings(config, kind)
     workdir.claim(config)

@@ -33,6 +33,7 @@ PRUNED = ("taylor", "hies", "circuit")
 def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, list]:
     """Builds and saves every Hydra of `config.strategies` (resuming member fine-tuning)."""
     workdir = Workdir.of(workdir)
+    methods.check_names(config.methods)  # before any member trains
     with workdir.stage("load baselines"):
         (single,), study, base = baselines.trained(Workdir(config.base_workdir), indices=[0])
     settings = TrainSettings(**{**base.train.to_dict(), **config.member_train.to_dict()})

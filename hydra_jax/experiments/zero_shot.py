@@ -90,6 +90,9 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
     """Trains and publishes the dual encoder (resuming), then finds the member head sets."""
     workdir = Workdir.of(workdir)
     settings = TrainSettings(**config.train.to_dict(), seed=training_seed(config, 0))
+    unknown = sorted(set(config.methods) - set(METHODS))
+    if unknown:  # before the dual encoder trains, not at evaluation
+        raise ValueError(f"unknown zero-shot methods {unknown}; known: {list(METHODS)}")
     workdir.claim(config)
     if not (hf_dir(workdir.path) / "config.json").is_file():
         with workdir.stage("train dual encoder"):
@@ -119,6 +122,10 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
     return record
 
 
+# The zero-shot study's methods (`methods` builds each; `train` refuses any other name).
+METHODS = ("single", "pruned_circuit", "hydra_taylor", "hydra_circuit")
+
+
 def methods(config: ml_collections.ConfigDict, workdir: Path) -> list[Method]:
     single = classifier(config, workdir)
     sets = json.loads((workdir / "head_sets.json").read_text())
@@ -129,9 +136,6 @@ def methods(config: ml_collections.ConfigDict, workdir: Path) -> list[Method]:
         "hydra_taylor": ensembles.fuse(members["taylor"]),
         "hydra_circuit": ensembles.fuse(members["circuit"]),
     }
-    unknown = sorted(set(config.methods) - set(models))
-    if unknown:
-        raise ValueError(f"unknown zero-shot methods {unknown}; known: {sorted(models)}")
     models = {n: with_dtype(m, config.eval.dtype) for n, m in models.items()}
     return [Method(n, logits_forward(models[n]), models[n].params) for n in config.methods]
 

@@ -13,9 +13,15 @@ import pytest
 
 import hydra_jax as hj
 from hydra_jax.data import TextEncoder, TokenizedSet
+from hydra_jax.experiments import baselines, hydra, zero_shot
 from hydra_jax.experiments.workdir import Workdir, WorkdirError
 from hydra_jax.models import sharding
 from hydra_jax.training import TrainSettings, fit
+
+
+def study(c, **fields) -> ml_collections.ConfigDict:
+    """A study config of default training settings and `fields`."""
+    return ml_collections.ConfigDict({"train": {}, **fields})
 
 
 def conflict(tmp: Path):
@@ -120,6 +126,24 @@ CASES = [
     ),
     pytest.param(
         lambda c: conflict(c.tmp), WorkdirError, "a: 1 -> 2", id="workdir of another config"
+    ),
+    pytest.param(
+        lambda c: baselines.train(study(c, methods=("single", "nope")), c.tmp / "never_claimed"),
+        ValueError,
+        "methods: ['nope']; known:",
+        id="an unknown method in the baselines study",
+    ),
+    pytest.param(
+        lambda c: hydra.train(study(c, methods=("hydra_taylr",)), c.tmp / "never_claimed"),
+        ValueError,
+        "methods: ['hydra_taylr']; known:",
+        id="an unknown method in the Hydra study",
+    ),
+    pytest.param(
+        lambda c: zero_shot.train(study(c, methods=("hydra_hies",)), c.tmp / "never_claimed"),
+        ValueError,
+        "unknown zero-shot methods ['hydra_hies']",
+        id="an unknown method in the zero-shot study",
     ),
     pytest.param(
         lambda c: sharding.make_mesh(data=4096),

@@ -13,7 +13,8 @@ import hydra_jax as hj
 from bench import accelerator, scoring
 from bench.attention import head_major_normalised, token_major
 from bench.ensemble import efficient_forwards
-from hydra_jax.models import BertConfig, EncoderConfig, with_classifier
+from hydra_jax import testing
+from hydra_jax.models import BertConfig, with_classifier
 from hydra_jax.models.attention import Attention, padding_bias
 from hydra_jax.testing import assert_close
 
@@ -59,7 +60,7 @@ def test_scoring_bench_runs_on_a_small_batch(capsys):
 def test_ensemble_bench_builds_each_single_pass_ensemble():
     """At M = 3, gamma = 2, 12 heads in a width of 48 do not divide at alpha 2 (32 wide, 24
     heads) but do at alpha 3: the bench falls back to it, as for MiniLM (384 wide, 12 heads)."""
-    config = BertConfig(EncoderConfig((12,), 48, 4, 12, "gelu", 1e-12, pre_norm=False), 30, 12, 2)
+    config = BertConfig(testing.encoder(layers=1, heads=12, head_dim=4, mlp_dim=12), 30, 12, 2)
     model = with_classifier(hj.Model.init(config, jax.random.key(0)), 2, jax.random.key(1))
     forwards = efficient_forwards(model, 3)
     assert list(forwards) == ["batch_ensemble (M=3)", "lora_ensemble (M=3)",

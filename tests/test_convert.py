@@ -16,16 +16,17 @@ from hypothesis import strategies as st
 from safetensors.numpy import load_file, save_file
 
 import hydra_jax as hj
+from hydra_jax import testing
 from hydra_jax.convert import UnsafePickleError
 from hydra_jax.convert.torch_pickle import load_torch_bin
-from hydra_jax.models import BertConfig, EncoderConfig, ViTConfig
+from hydra_jax.models import BertConfig
 
 
 @pytest.fixture(scope="module")
 def bert_dir(tmp_path_factory):
     """A tiny BERT classifier exported by us: the torch-free way to get a valid HF directory."""
     config = BertConfig(
-        EncoderConfig((2, 2), 12, 6, 20, "gelu", 1e-12, pre_norm=False),
+        testing.encoder(layers=2, heads=2, head_dim=6, mlp_dim=20),
         vocab_size=30, max_positions=10, type_vocab_size=2, num_labels=3,
     )  # fmt: skip
     model = hj.Model.init(config, jax.random.key(0))
@@ -53,10 +54,8 @@ def test_roundtrip_is_exact(bert_dir):
 
 
 def test_vit_roundtrip_is_exact(tmp_path):
-    config = ViTConfig(
-        EncoderConfig((2, 2), 8, 4, 10, "gelu", 1e-6, pre_norm=True),
-        image_size=6, patch_size=3, num_channels=2, num_labels=4,
-    )  # fmt: skip
+    config = testing.vit(layers=2, heads=2, head_dim=4, mlp_dim=10, layer_norm_eps=1e-6,
+                         image_size=6, patch_size=3, num_channels=2, num_labels=4)  # fmt: skip
     model = hj.Model.init(config, jax.random.key(1))
     hj.save_pretrained(model, tmp_path)
     loaded = hj.from_pretrained(tmp_path)

@@ -23,11 +23,11 @@ from PIL import Image
 
 import hydra_jax as hj
 from configs import custom as custom_config
+from hydra_jax import testing
 from hydra_jax.data.files import DataError
 from hydra_jax.experiments import custom
 from hydra_jax.models import (
     BertConfig,
-    EncoderConfig,
     ModernBertConfig,
     RelativeAttention,
     ViTConfig,
@@ -44,7 +44,7 @@ BAD = ["dull", "a tedious mess", "boring and long", "awful script", "a waste of 
 def text_encoder_dir(tmp_path_factory) -> Path:
     """A tiny BERT encoder without a classifier, with the MiniLM tokenizer."""
     path = tmp_path_factory.mktemp("encoder")
-    config = BertConfig(EncoderConfig((4, 4), 12, 3, 11, "gelu", 1e-12, pre_norm=False),
+    config = BertConfig(testing.encoder(layers=2, heads=4, head_dim=3, mlp_dim=11),
                         vocab_size=30522, max_positions=40, type_vocab_size=2)  # fmt: skip
     hj.save_pretrained(hj.Model.init(config, jax.random.key(0)), path)
     for name in TOKENIZER_FILES:
@@ -127,7 +127,9 @@ def vit_dir(tmp_path_factory) -> Path:
     """A tiny grey-image ViT without a classifier; its processor resizes to 8 x 8."""
     transformers = pytest.importorskip("transformers")
     path = tmp_path_factory.mktemp("vit")
-    config = ViTConfig(EncoderConfig((2, 2), 8, 4, 10, "gelu", 1e-12, True), 8, 4, 1)
+    config = ViTConfig(
+        testing.encoder(layers=2, heads=2, head_dim=4, mlp_dim=10, pre_norm=True), 8, 4, 1
+    )
     hj.save_pretrained(hj.Model.init(config, jax.random.key(1)), path)
     processor = transformers.ViTImageProcessor(
         size={"height": 8, "width": 8}, image_mean=[0.5], image_std=[0.5], do_convert_rgb=False

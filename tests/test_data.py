@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hydra_jax as hj
-from hydra_jax import data
+from hydra_jax import data, testing
 from hydra_jax.data import TextEncoder, TokenizedSet, epoch_batches, eval_batches, pad_batch
 
 
@@ -177,14 +177,22 @@ def test_an_image_set_feeds_training_prediction_scoring_and_circuit_search(tmp_p
     from hydra_jax.data import ImageSet, labelled_batches, uncertainty_batches
     from hydra_jax.evaluation import Method, cost, logits_forward, predict
     from hydra_jax.heads import CircuitSearch, score
-    from hydra_jax.models import EncoderConfig, ViTConfig
+    from hydra_jax.models import ViTConfig
     from hydra_jax.training import TrainSettings, fit
 
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 40)
     pixels = rng.normal(size=(40, 1, 8, 8)).astype(np.float32) + labels[:, None, None, None]
     train = ImageSet(pixels, labels)
-    config = ViTConfig(EncoderConfig((3, 3), 12, 4, 10, "gelu", 1e-6, True), 8, 4, 1, num_labels=2)
+    config = ViTConfig(
+        testing.encoder(
+            layers=2, heads=3, head_dim=4, mlp_dim=10, layer_norm_eps=1e-6, pre_norm=True
+        ),
+        8,
+        4,
+        1,
+        num_labels=2,
+    )
     model = hj.Model.init(config, jax.random.key(0))
     settings = TrainSettings(epochs=3, batch_size=8, learning_rate=3e-3, checkpoint_every=100)
     trained = fit(model, train, settings, tmp_path)

@@ -15,6 +15,7 @@ import pytest
 from flax import traverse_util
 
 import hydra_jax as hj
+from hydra_jax import testing
 from hydra_jax.data import TokenizedSet
 from hydra_jax.ensembles import (
     batch_ensemble,
@@ -23,7 +24,7 @@ from hydra_jax.ensembles import (
     parameter_count,
     trainable,
 )
-from hydra_jax.models import BertConfig, EncoderConfig, ViTConfig, with_classifier
+from hydra_jax.models import BertConfig, with_classifier
 from hydra_jax.models.efficient import adapted_layers
 from hydra_jax.models.packed import from_blocks, grouped_dense, grouped_layers, to_blocks
 from hydra_jax.testing import assert_close
@@ -31,11 +32,10 @@ from hydra_jax.training import TrainSettings, fit
 
 M, C = 3, 4  # members, classes; every other size differs from both
 BERT = BertConfig(
-    EncoderConfig((6, 6), 30, 5, 26, "gelu", 1e-12, pre_norm=False, dropout=0.1),
+    testing.encoder(layers=2, heads=6, head_dim=5, mlp_dim=26, dropout=0.1),
     vocab_size=37, max_positions=16, type_vocab_size=2,
 )  # fmt: skip
-VIT = ViTConfig(EncoderConfig((2, 2), 14, 7, 9, "gelu", 1e-6, pre_norm=True), 8, 4,
-                num_channels=2)  # fmt: skip
+VIT = testing.vit(layers=2, heads=2, head_dim=7, mlp_dim=9, layer_norm_eps=1e-6, num_channels=2)
 
 
 def sharpened(model: hj.Model) -> hj.Model:
@@ -220,10 +220,10 @@ def test_bad_arguments_are_refused_by_name(models):
 
 
 # Packed-Ensembles: trained from scratch, so only architectures and identities to check.
-PACKED_VIT = ViTConfig(EncoderConfig((3, 3), 24, 8, 20, "gelu", 1e-6, pre_norm=True), 8, 4,
-                       num_channels=2, num_labels=C)  # fmt: skip
-PACKED_BERT = BertConfig(EncoderConfig((3, 3), 24, 8, 20, "gelu", 1e-12, pre_norm=False), 37,
-                         16, 2, num_labels=C)  # fmt: skip
+PACKED_VIT = testing.vit(layers=2, heads=3, head_dim=8, mlp_dim=20, layer_norm_eps=1e-6,
+                         num_channels=2, num_labels=C)  # fmt: skip
+PACKED_BERT = testing.bert(layers=2, heads=3, head_dim=8, mlp_dim=20, vocab_size=37,
+                           max_positions=16, num_labels=C)  # fmt: skip
 
 
 @pytest.mark.parametrize("inputs", [1, 2])

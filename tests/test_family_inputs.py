@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import hydra_jax as hj
+from hydra_jax import testing
 from hydra_jax.models import (
     ARCHITECTURES,
     BertConfig,
@@ -19,7 +20,6 @@ from hydra_jax.models import (
     CLIPVisionConfig,
     CLIPVisionTowerConfig,
     DualEncoderConfig,
-    EncoderConfig,
     ModernBertConfig,
     RelativeAttention,
     SiglipConfig,
@@ -30,8 +30,8 @@ from hydra_jax.models import (
 )
 
 V, S, C = 30, 12, 3  # vocabulary, image size, channels
-PRE = EncoderConfig((2,), 8, 4, 10, "gelu", 1e-6, pre_norm=True)
-POST = EncoderConfig((2,), 8, 4, 10, "gelu", 1e-12, pre_norm=False)
+PRE = testing.encoder(layers=1, heads=2, head_dim=4, mlp_dim=10, layer_norm_eps=1e-6, pre_norm=True)
+POST = testing.encoder(layers=1, heads=2, head_dim=4, mlp_dim=10)
 VIT = ViTConfig(PRE, S, 4, C, num_labels=2)
 CLIP_VISION = CLIPVisionConfig(PRE, S, 4, C)
 SIGLIP_VISION = SiglipVisionConfig(PRE, S, 4, C)

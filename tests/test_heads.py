@@ -10,6 +10,7 @@ import pytest
 from compiled import run
 
 import hydra_jax as hj
+from hydra_jax import testing
 from hydra_jax.ensembles import members_from
 from hydra_jax.evaluation import xla_flops
 from hydra_jax.heads import (
@@ -27,7 +28,6 @@ from hydra_jax.models import (
     CLIPTextConfig,
     CLIPVisionConfig,
     CLIPVisionTowerConfig,
-    EncoderConfig,
     ViTConfig,
     with_classifier,
 )
@@ -35,7 +35,7 @@ from hydra_jax.testing import assert_close
 
 L, N, K = 3, 4, 5
 BERT = BertConfig(
-    EncoderConfig((N,) * L, N * K, K, 22, "gelu", 1e-12, pre_norm=False),
+    testing.encoder(layers=L, heads=N, head_dim=K, mlp_dim=22),
     vocab_size=31, max_positions=12, type_vocab_size=2,
 )  # fmt: skip
 
@@ -130,9 +130,31 @@ def test_entropy_equals_numpy_from_returned_attentions(bert):
 def image_classifiers():
     """A ViT classifier and a CLIP vision tower with a zero-shot head (2 layers of 6 and of 3
     heads: distinct from each other's other axes and from the BERT's), on 3 images."""
-    vit = ViTConfig(EncoderConfig((6, 6), 12, 2, 9, "gelu", 1e-6, True), 8, 4, 1, num_labels=3)
+    vit = ViTConfig(
+        testing.encoder(
+            layers=2, heads=6, head_dim=2, mlp_dim=9, layer_norm_eps=1e-6, pre_norm=True
+        ),
+        8,
+        4,
+        1,
+        num_labels=3,
+    )
     tower = CLIPVisionTowerConfig(
-        CLIPVisionConfig(EncoderConfig((3, 3), 12, 4, 7, "quick_gelu", 1e-5, True), 6, 2, 2), 5
+        CLIPVisionConfig(
+            testing.encoder(
+                layers=2,
+                heads=3,
+                head_dim=4,
+                mlp_dim=7,
+                activation="quick_gelu",
+                layer_norm_eps=1e-5,
+                pre_norm=True,
+            ),
+            6,
+            2,
+            2,
+        ),
+        5,
     )
     rng = np.random.default_rng(4)
     models = {
@@ -317,7 +339,14 @@ def test_compact_bert_equals_masked_and_cuts_flops(bert):
 
 def test_compact_vit_and_clip_towers_equal_masked():
     vit = hj.Model.init(
-        ViTConfig(EncoderConfig((3, 3), 12, 4, 14, "gelu", 1e-6, True), 8, 4, num_labels=2),
+        ViTConfig(
+            testing.encoder(
+                layers=2, heads=3, head_dim=4, mlp_dim=14, layer_norm_eps=1e-6, pre_norm=True
+            ),
+            8,
+            4,
+            num_labels=2,
+        ),
         jax.random.key(2),
     )
     pixels = np.random.default_rng(1).normal(size=(2, 3, 8, 8)).astype(np.float32)
@@ -331,9 +360,33 @@ def test_compact_vit_and_clip_towers_equal_masked():
     clip = hj.Model.init(
         CLIPConfig(
             CLIPTextConfig(
-                EncoderConfig((2, 2), 8, 4, 10, "quick_gelu", 1e-5, True, True), 20, 6, 19
+                testing.encoder(
+                    layers=2,
+                    heads=2,
+                    head_dim=4,
+                    mlp_dim=10,
+                    activation="quick_gelu",
+                    layer_norm_eps=1e-5,
+                    pre_norm=True,
+                    causal=True,
+                ),
+                20,
+                6,
+                19,
             ),
-            CLIPVisionConfig(EncoderConfig((3, 3), 9, 3, 11, "quick_gelu", 1e-5, True), 6, 3),
+            CLIPVisionConfig(
+                testing.encoder(
+                    layers=2,
+                    heads=3,
+                    head_dim=3,
+                    mlp_dim=11,
+                    activation="quick_gelu",
+                    layer_norm_eps=1e-5,
+                    pre_norm=True,
+                ),
+                6,
+                3,
+            ),
             projection_dim=5,
         ),
         jax.random.key(3),

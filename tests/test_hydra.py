@@ -11,22 +11,20 @@ import pytest
 from compiled import run
 
 import hydra_jax as hj
-from hydra_jax import hydra
+from hydra_jax import hydra, testing
 from hydra_jax.data import TokenizedSet, uncertainty_batches
 from hydra_jax.heads import CircuitSearch, UncertaintyBatches, circuit_search, harm
 from hydra_jax.models import (
     BertConfig,
     CLIPVisionConfig,
     CLIPVisionTowerConfig,
-    EncoderConfig,
-    ViTConfig,
     with_classifier,
 )
 from hydra_jax.testing import assert_close
 
 L, N, K, M = 4, 6, 5, 3  # distinct: a swapped axis fails; n = N // M = 2 heads per member
 CONFIG = BertConfig(
-    EncoderConfig((N,) * L, N * K, K, 26, "gelu", 1e-12, pre_norm=False, dropout=0.1),
+    testing.encoder(layers=L, heads=N, head_dim=K, mlp_dim=26, dropout=0.1),
     vocab_size=37, max_positions=16, type_vocab_size=2,
 )  # fmt: skip
 
@@ -53,16 +51,18 @@ def vision_models():
     """A ViT classifier (pre-LN, pooler), a CLIP vision tower with a zero-shot head and a
     ViT-BERT dual encoder's vision tower with a zero-shot head, each of 2 layers (L != M != N
     here too)."""
-    vit = ViTConfig(EncoderConfig((N,) * 2, N * 3, 3, 13, "gelu", 1e-6, pre_norm=True), 8, 4,
-                    num_channels=2, num_labels=5)  # fmt: skip
-    tower = CLIPVisionTowerConfig(
-        CLIPVisionConfig(EncoderConfig((N,) * 2, N * 2, 2, 11, "quick_gelu", 1e-5, True), 6, 3,
-                         num_channels=3),
-        projection_dim=7,
+    vit = testing.vit(layers=2, heads=N, head_dim=3, mlp_dim=13, layer_norm_eps=1e-6,
+                      num_channels=2, num_labels=5)  # fmt: skip
+    tower_stack = testing.encoder(
+        layers=2, heads=N, head_dim=2, mlp_dim=11, activation="quick_gelu", layer_norm_eps=1e-5,
+        pre_norm=True,
     )  # fmt: skip
+    tower = CLIPVisionTowerConfig(CLIPVisionConfig(tower_stack, 6, 3, num_channels=3),
+                                  projection_dim=7)  # fmt: skip
     dual = hj.models.DualEncoderConfig(
-        ViTConfig(EncoderConfig((N,) * 2, N * 2, 2, 9, "gelu", 1e-12, True), 6, 3, 1),
-        BertConfig(EncoderConfig((2,), 4, 2, 6, "gelu", 1e-12, False), 11, 8, 2),
+        testing.vit(layers=2, heads=N, head_dim=2, mlp_dim=9, image_size=6, patch_size=3,
+                    num_channels=1),
+        testing.bert(layers=1, heads=2, head_dim=2, mlp_dim=6, vocab_size=11, max_positions=8),
         projection_dim=5,
     )  # fmt: skip
     rng = np.random.default_rng(5)

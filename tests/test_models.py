@@ -11,6 +11,7 @@ import optax
 import pytest
 
 import hydra_jax as hj
+from hydra_jax import testing
 from hydra_jax.models import (
     BertConfig,
     CLIPConfig,
@@ -23,7 +24,7 @@ from hydra_jax.testing import assert_close
 
 L, N, K = 2, 3, 4  # distinct, so a swapped axis fails instead of broadcasting
 TINY = BertConfig(
-    EncoderConfig((N,) * L, N * K, K, 17, "gelu", 1e-12, pre_norm=False),
+    testing.encoder(layers=L, heads=N, head_dim=K, mlp_dim=17),
     vocab_size=23, max_positions=9, type_vocab_size=2, num_labels=5,
 )  # fmt: skip
 
@@ -152,7 +153,9 @@ def test_bad_token_inputs_are_refused_before_they_reach_jit(tiny, edit, message)
 
 def test_bad_pixel_layout_and_size_are_named():
     vit = hj.Model.init(
-        ViTConfig(EncoderConfig((2,), 8, 4, 11, "gelu", 1e-12, pre_norm=True), 6, 3, 2),
+        ViTConfig(
+            testing.encoder(layers=1, heads=2, head_dim=4, mlp_dim=11, pre_norm=True), 6, 3, 2
+        ),
         jax.random.key(0),
     )
     assert vit(pixel_values=np.zeros((1, 2, 6, 6), np.float32)).last_hidden_state.shape == (1, 5, 8)

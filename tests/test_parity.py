@@ -248,16 +248,13 @@ def test_minilm_real_checkpoint_parity():
 def test_exported_models_load_in_transformers(tmp_path):
     bert = hj.Model.init(
         hj.models.BertConfig(
-            hj.models.EncoderConfig((2, 2), 12, 6, 20, "gelu", 1e-12, pre_norm=False),
+            testing.encoder(layers=2, heads=2, head_dim=6, mlp_dim=20),
             vocab_size=30, max_positions=10, type_vocab_size=2, num_labels=3,
         ),
         jax.random.key(4),
     )  # fmt: skip
     vit = hj.Model.init(
-        hj.models.ViTConfig(
-            hj.models.EncoderConfig((3, 3), 15, 5, 22, "gelu", 1e-6, pre_norm=True),
-            image_size=8, patch_size=4, num_labels=2,
-        ),
+        testing.vit(layers=2, heads=3, head_dim=5, mlp_dim=22, layer_norm_eps=1e-6, num_labels=2),
         jax.random.key(5),
     )  # fmt: skip
     ids = np.random.default_rng(4).integers(0, 30, (2, 5))

@@ -11,8 +11,9 @@ import pytest
 from test_hydra import sharpened
 
 import hydra_jax as hj
+from hydra_jax import testing
 from hydra_jax.heads import his_and_entropy
-from hydra_jax.models import BertConfig, EncoderConfig, ViTConfig, with_classifier, with_dtype
+from hydra_jax.models import BertConfig, with_classifier, with_dtype
 from hydra_jax.training import TrainSettings, TrainState, make_optimizer, make_train_step
 
 # bf16 keeps 8 significant bits (relative rounding 2^-9 = 0.2%); after a few layers of matmuls
@@ -24,11 +25,11 @@ BF16_ULP = 2.0**-8  # bf16 keeps 8 significant bits: one rounding step relative 
 
 L, N, K = 3, 4, 5  # distinct: a swapped axis fails instead of broadcasting
 BERT = BertConfig(
-    EncoderConfig((N,) * L, N * K, K, 22, "gelu", 1e-12, pre_norm=False),
+    testing.encoder(layers=L, heads=N, head_dim=K, mlp_dim=22),
     vocab_size=29, max_positions=12, type_vocab_size=2,
 )  # fmt: skip
-VIT = ViTConfig(EncoderConfig((N,) * L, N * 3, 3, 14, "gelu", 1e-6, pre_norm=True), 8, 4,
-                num_channels=2, num_labels=3)  # fmt: skip
+VIT = testing.vit(layers=L, heads=N, head_dim=3, mlp_dim=14, layer_norm_eps=1e-6, num_channels=2,
+                  num_labels=3)  # fmt: skip
 
 
 def relative_error(a: jax.Array, b: jax.Array) -> float:
@@ -61,7 +62,7 @@ def vit():
 
 def test_unknown_compute_dtype_is_refused():
     with pytest.raises(ValueError, match="compute dtype 'float16' is not one of"):
-        EncoderConfig((2,), 4, 2, 6, "gelu", 1e-12, False, dtype="float16")
+        testing.encoder(layers=1, heads=2, head_dim=2, mlp_dim=6, dtype="float16")
 
 
 @pytest.mark.parametrize("family", ["bert", "vit"])

@@ -17,12 +17,12 @@ from jax.sharding import PartitionSpec as P
 from launch import run_processes
 
 import hydra_jax as hj
-from hydra_jax import hydra
+from hydra_jax import hydra, testing
 from hydra_jax.data import TokenizedSet, uncertainty_batches
 from hydra_jax.ensembles import baselines
 from hydra_jax.evaluation import Method, logits_forward, predict
 from hydra_jax.heads import CircuitSearch, compact, his_and_entropy
-from hydra_jax.models import BertConfig, EncoderConfig, with_classifier
+from hydra_jax.models import BertConfig, with_classifier
 from hydra_jax.models.sharding import (
     make_mesh,
     overlapped,
@@ -36,7 +36,7 @@ from hydra_jax.training import TrainSettings, fit
 
 L, N, K = 2, 8, 3  # 2 members keep 4 heads each: heads=4 divides both N and a member's heads
 CONFIG = BertConfig(
-    EncoderConfig((N,) * L, N * K, K, 20, "gelu", 1e-12, pre_norm=False, dropout=0.1),
+    testing.encoder(layers=L, heads=N, head_dim=K, mlp_dim=20, dropout=0.1),
     vocab_size=31, max_positions=24, type_vocab_size=2,
 )  # fmt: skip
 MESHES = {"data=8": (8, 1, 1), "data=4 x member=2": (4, 2, 1), "data=2 x heads=4": (2, 1, 4)}

@@ -298,7 +298,7 @@ def test_deberta_log_buckets_equal_transformers(buckets, max_distance):
 
 def test_a_model_without_token_types_takes_only_zeros():
     config = hj.models.BertConfig(
-        hj.models.EncoderConfig((N,) * L, N * K, K, F, "gelu", 1e-12, pre_norm=False),
+        testing.encoder(layers=L, heads=N, head_dim=K, mlp_dim=F),
         vocab_size=V, max_positions=POSITIONS, type_vocab_size=0, pooler=False, num_labels=2,
         model_type="distilbert",
     )  # fmt: skip

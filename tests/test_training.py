@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import hydra_jax as hj
+from hydra_jax import testing
 from hydra_jax.data import TokenizedSet
-from hydra_jax.models import BertConfig, EncoderConfig, with_classifier
+from hydra_jax.models import BertConfig, with_classifier
 from hydra_jax.training import (
     TrainingLog,
     TrainSettings,
@@ -25,7 +26,7 @@ from hydra_jax.training import (
 )
 
 CONFIG = BertConfig(
-    EncoderConfig((2, 2), 10, 5, 14, "gelu", 1e-12, pre_norm=False, dropout=0.1),
+    testing.encoder(layers=2, heads=2, head_dim=5, mlp_dim=14, dropout=0.1),
     vocab_size=19, max_positions=20, type_vocab_size=2,
 )  # fmt: skip
 SETTINGS = TrainSettings(

@@ -14,7 +14,7 @@ import pytest
 
 import hydra_jax as hj
 from configs import zero_shot_fmnist
-from hydra_jax import metrics
+from hydra_jax import metrics, testing
 from hydra_jax.evaluation import seeds
 from hydra_jax.experiments import zero_shot
 from hydra_jax.training import locked_text_contrastive_loss
@@ -79,9 +79,9 @@ def test_seed_summary_carries_the_zero_shot_columns(run):
 def test_contrastive_loss_equals_a_hand_computation():
     rng = np.random.default_rng(0)
     vit = hj.models.ViTConfig(
-        hj.models.EncoderConfig((2,), 8, 4, 16, "gelu", 1e-12, pre_norm=True), 8, 4, 1
+        testing.encoder(layers=1, heads=2, head_dim=4, mlp_dim=16, pre_norm=True), 8, 4, 1
     )
-    text = hj.models.BertConfig(hj.models.EncoderConfig((2,), 6, 3, 8, "gelu", 1e-12, False),
+    text = hj.models.BertConfig(testing.encoder(layers=1, heads=2, head_dim=3, mlp_dim=8),
                                 vocab_size=10, max_positions=8, type_vocab_size=2)  # fmt: skip
     model = hj.Model.init(hj.models.DualEncoderConfig(vit, text, 5), jax.random.key(0))
     features = rng.normal(size=(3, 2, 6)).astype(np.float32)  # [C, P, D_text]

@@ -130,13 +130,9 @@ def methods(config: ml_collections.ConfigDict, workdir: Path) -> list[Method]:
     single = classifier(config, workdir)
     sets = json.loads((workdir / "head_sets.json").read_text())
     members = {s: ensembles.members_from(single, np.array(sets[s], bool)) for s in STRATEGIES}
-    models = {
-        "single": single,
-        "pruned_circuit": members["circuit"][0],
-        "hydra_taylor": ensembles.fuse(members["taylor"]),
-        "hydra_circuit": ensembles.fuse(members["circuit"]),
-    }
-    models = {n: with_dtype(m, config.eval.dtype) for n, m in models.items()}
+    built = (single, members["circuit"][0], ensembles.fuse(members["taylor"]),
+             ensembles.fuse(members["circuit"]))  # in the order of METHODS  # fmt: skip
+    models = {n: with_dtype(m, config.eval.dtype) for n, m in zip(METHODS, built, strict=True)}
     return [Method(n, logits_forward(models[n]), models[n].params) for n in config.methods]
 
 

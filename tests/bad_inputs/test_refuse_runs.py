@@ -19,7 +19,7 @@ from hydra_jax.models import sharding
 from hydra_jax.training import TrainSettings, fit
 
 
-def study(c, **fields) -> ml_collections.ConfigDict:
+def study(**fields) -> ml_collections.ConfigDict:
     """A study config of default training settings and `fields`."""
     return ml_collections.ConfigDict({"train": {}, **fields})
 
@@ -128,19 +128,19 @@ CASES = [
         lambda c: conflict(c.tmp), WorkdirError, "a: 1 -> 2", id="workdir of another config"
     ),
     pytest.param(
-        lambda c: baselines.train(study(c, methods=("single", "nope")), c.tmp / "never_claimed"),
+        lambda c: baselines.train(study(methods=("single", "nope")), c.tmp / "never_claimed"),
         ValueError,
         "methods: ['nope']; known:",
         id="an unknown method in the baselines study",
     ),
     pytest.param(
-        lambda c: hydra.train(study(c, methods=("hydra_taylr",)), c.tmp / "never_claimed"),
+        lambda c: hydra.train(study(methods=("hydra_taylr",)), c.tmp / "never_claimed"),
         ValueError,
         "methods: ['hydra_taylr']; known:",
         id="an unknown method in the Hydra study",
     ),
     pytest.param(
-        lambda c: zero_shot.train(study(c, methods=("hydra_hies",)), c.tmp / "never_claimed"),
+        lambda c: zero_shot.train(study(methods=("hydra_hies",)), c.tmp / "never_claimed"),
         ValueError,
         "unknown zero-shot methods ['hydra_hies']",
         id="an unknown method in the zero-shot study",

@@ -77,6 +77,9 @@ def encoder(
     **options: Any,
 ) -> EncoderConfig:
     """An `EncoderConfig` of `layers` layers of `heads` heads (a tuple: per layer), width N * K."""
+    derived = sorted({"num_heads", "width"} & set(options))
+    if derived:
+        raise TypeError(f"{derived} follow from layers, heads and head_dim; give those instead")
     num_heads = tuple(heads) if isinstance(heads, tuple) else (heads,) * layers
     width = max(num_heads) * head_dim
     return EncoderConfig(num_heads, width, head_dim, mlp_dim, activation, layer_norm_eps,

@@ -25,7 +25,6 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from flax import struct
-from tensorboardX import SummaryWriter
 from tqdm.auto import tqdm
 
 from hydra_jax.data import Dataset, loader
@@ -133,6 +132,10 @@ class TrainingLog:
             # Event files are named by the second they open in: a run resumed within the same
             # second would overwrite the first run's file without a suffix of its own.
             suffix = f".{time.time_ns()}.{os.getpid()}"
+            # Imported here: tensorboardX imports torch where it is installed (about 2 s), which
+            # a process that never trains (evaluate.py, a refused command line) need not pay.
+            from tensorboardX import SummaryWriter
+
             self.board = SummaryWriter(str(workdir / "tensorboard"), purge_step=start + 1,
                                        filename_suffix=suffix)  # fmt: skip
 

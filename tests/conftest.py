@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import tempfile
 
 # Compilation dominates this suite's time (tiny models, hundreds of programs): LLVM at -O0
 # compiles about a quarter faster, and the programs' speed does not matter here. At -O0, XLA:CPU's
@@ -18,6 +20,18 @@ os.environ["XLA_FLAGS"] = (
     + " --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 ).strip()
 
+# Tests, their subprocesses and both xdist workers compile many of the same programs (the same
+# tiny models in several files, train.py then evaluate.py on one config): one persistent
+# compilation cache for the whole run lets each later compilation load the first one's program.
+# A program's key is its HLO, options and devices, so results are unchanged; the suite took
+# 622 s instead of 685 s (2-core AMD EPYC Zen 4, 2026-12-03). The process that starts pytest
+# creates the folder and removes it at the end; xdist workers and subprocesses inherit it.
+OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
+if OWN_CACHE:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="hydra_jax_test_xla_")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
 import jax
 import pytest
 
@@ -29,6 +43,11 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if OWN_CACHE:
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -71,7 +71,6 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if variant == "smoke":
         c.title += " (smoke)"
         c.base_workdir = "runs/smoke"
-        c.num_members = 2
         c.calibration_size = 16
         c.hies_alphas = (0.3, 0.7)
         c.circuit.examples = 32

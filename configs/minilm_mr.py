@@ -91,7 +91,6 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.train.update(
             epochs=1.0, batch_size=16, learning_rate=1e-4, checkpoint_every=6, log_every=4
         )
-        c.ensemble_size = 2
         c.mc_dropout_samples = 3
         c.eval.update(batch_size=32, latency_batch=8, latency_tokens=32, latency_repeats=3)
     if c.seed:

@@ -92,7 +92,6 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.data.update(train_limit=256, eval_limit=64, ood_limit=48, shift_limit=32)
         c.train.update(epochs=2.0, batch_size=32, learning_rate=1e-3, checkpoint_every=8,
                        log_every=4)  # fmt: skip
-        c.ensemble_size = 2
         c.mc_dropout_samples = 3
         c.eval.update(batch_size=32, latency_batch=8, latency_repeats=3)
     if c.seed:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import jax
+import ml_collections
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -59,6 +60,13 @@ def write_csv(path: Path, rows: list[tuple[str, str]]) -> None:
         writer.writerows(rows)
 
 
+def smoke_config() -> ml_collections.ConfigDict:
+    """The smoke variant at 2 members (its own 3 cost the suite time)."""
+    config = custom_config.get_config("smoke")
+    config.update(ensemble_size=2, num_members=2)
+    return config
+
+
 def bash_block(page: Path) -> str:
     """The first bash block of a docs page."""
     return re.search(r"^```bash\n(.*?)^```$", page.read_text(), flags=re.S | re.M).group(1)
@@ -82,7 +90,9 @@ def test_the_tutorials_command_runs_as_written(tmp_path, text_encoder_dir):
         (tmp_path / name).symlink_to(REPO / name)
     script = bash_block(REPO / "docs" / "your_data.md")
     assert script.count("configs/custom.py ") == 2
-    script = script.replace("configs/custom.py ", "configs/custom.py:smoke ")
+    # The smoke variant, at 2 members (its own 3 cost the suite time; 3 runs in the studies).
+    smoke = "configs/custom.py:smoke --config.ensemble_size=2 --config.num_members=2 "
+    script = script.replace("configs/custom.py ", smoke)
     path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"  # `python` is this one
     done = subprocess.run(
         ["bash", "-e", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=600,
@@ -144,7 +154,7 @@ def test_image_study_with_folders_and_npz_ood_sets(tmp_path, vit_dir):
                                                                   ("test", 4))}  # fmt: skip
     np.savez(tmp_path / "noise.npz", images=rng.integers(0, 256, (6, 12, 12), dtype=np.uint8))
     np.savez(tmp_path / "noise_val.npz", images=rng.integers(0, 256, (8, 9, 9), dtype=np.uint8))
-    config = custom_config.get_config("smoke")
+    config = smoke_config()
     config.model = str(vit_dir)
     config.data.update(train=f"folder:{folders['train']}", validation=f"folder:{folders['val']}",
                        test=f"folder:{folders['test']}", ood=f"noise=npz:{tmp_path / 'noise.npz'}",
@@ -181,7 +191,7 @@ def test_the_image_study_runs_on_other_vision_families(tmp_path, vit_dir, family
     hj.save_pretrained(hj.Model.init(config, jax.random.key(2)), path)
     shutil.copy(vit_dir / "preprocessor_config.json", path)
     folders = {s: image_folder(tmp_path / s, np.random.default_rng(2), 8) for s in ("a", "b")}
-    study = custom_config.get_config("smoke")
+    study = smoke_config()
     study.model = str(path)
     study.data.update(train=f"folder:{folders['a']}", test=f"folder:{folders['b']}")
     study.methods = "single,hydra_taylor"
@@ -194,7 +204,7 @@ def test_the_image_study_runs_on_other_vision_families(tmp_path, vit_dir, family
 
 def test_a_prepared_tfds_dataset_feeds_the_study(tmp_path, text_encoder_dir, synthetic_data_dir):
     hj.data.load("movie_reviews", "test", synthetic_data_dir)  # prepares the embedded builder
-    config = custom_config.get_config("smoke")
+    config = smoke_config()
     config.model = str(text_encoder_dir)
     config.data_dir = str(synthetic_data_dir)
     config.data.update(train="tfds:vader_sentences/movie_reviews:train",
@@ -223,7 +233,7 @@ def test_a_prepared_tfds_dataset_feeds_the_study(tmp_path, text_encoder_dir, syn
 def test_bad_study_data_is_refused_before_training(tmp_path, text_encoder_dir):
     write_csv(tmp_path / "train.csv", [("fine", "good"), ("dull", "bad")])
     write_csv(tmp_path / "test.csv", [("fine", "good"), ("meh", "so-so")])
-    config = custom_config.get_config("smoke")
+    config = smoke_config()
     config.model = str(text_encoder_dir)
     config.data.update(train=f"csv:{tmp_path / 'train.csv'}", test=f"csv:{tmp_path / 'test.csv'}")
     config.methods = "single"
@@ -275,7 +285,7 @@ def test_the_study_runs_on_other_text_families(tmp_path, text_encoder_dir, famil
         shutil.copy(text_encoder_dir / name, path / name)
     rows = [(t, "good") for t in GOOD] + [(t, "bad") for t in BAD]
     write_csv(tmp_path / "data.csv", rows * 2)  # 20 rows: the smoke study calibrates on 16
-    study = custom_config.get_config("smoke")
+    study = smoke_config()
     study.model = str(path)
     data = f"csv:{tmp_path / 'data.csv'}"
     study.data.update(train=data, test=data)

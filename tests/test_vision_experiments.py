@@ -19,6 +19,7 @@ from hydra_jax.experiments import ablations, baselines, hydra, pruning
 @pytest.fixture(scope="module")
 def vision_run(synthetic_image_dir, tmp_path_factory):
     config = vit_fmnist.get_config("smoke")
+    config.ensemble_size = 2  # the variant's 3 cost the suite time
     config.data_dir = str(synthetic_image_dir)
     config.train.update(epochs=6.0, learning_rate=3e-3)  # 48 steps on the synthetic squares
     workdir = tmp_path_factory.mktemp("vit")
@@ -66,6 +67,7 @@ def test_hydra_and_pruning_run_on_the_published_vit(vision_run, tmp_path):
     config, workdir, _, _ = vision_run
     hydra_config = hydra_vit_fmnist.get_config("smoke")
     hydra_config.base_workdir = str(workdir)
+    hydra_config.num_members = 2
     hydra_config.strategies = ("taylor", "circuit")
     hydra_config.methods = ("single", "deep_ensemble", "pruned_circuit", "hydra_circuit")
     hydra.train(hydra_config, tmp_path / "hydra")

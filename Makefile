@@ -58,7 +58,7 @@ docs: setup
 
 # Two workers, one test file each at a time (module fixtures are shared within a file).
 test: lint
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 bench: setup
 	$(BIN)/python -m bench.forward

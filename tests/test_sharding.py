@@ -39,7 +39,9 @@ CONFIG = BertConfig(
     testing.encoder(layers=L, heads=N, head_dim=K, mlp_dim=20, dropout=0.1),
     vocab_size=31, max_positions=24, type_vocab_size=2,
 )  # fmt: skip
-MESHES = {"data=8": (8, 1, 1), "data=4 x member=2": (4, 2, 1), "data=2 x heads=4": (2, 1, 4)}
+# One process's meshes; the data=4 x member=2 mesh runs over two processes
+# (test_two_processes_give_the_one_device_results), which checks everything these do.
+MESHES = {"data=8": (8, 1, 1), "data=2 x heads=4": (2, 1, 4)}
 COMPACT_KEEP = np.arange(L * N).reshape(L, N) % 3 != 1  # 5 or 6 heads per layer
 # A small learning rate: Adam turns a gradient near its epsilon into a step of about lr either
 # way, so rounding noise moves such weights by up to lr between device layouts.

@@ -20,7 +20,7 @@ each OOD test set):
 A study seed S is the suffix `,S` (`configs/minilm_mr.py:demo,1`): every training seed is
 offset by 1000 x S.
 
-Smoke run (real data cut to a few hundred sentences, a few steps; about a minute):
+Smoke run (real data cut to a few hundred sentences, a few steps; about 4 minutes on 2 cores):
 
     python train.py --config configs/minilm_mr.py:smoke --workdir runs/smoke
     python evaluate.py --config configs/minilm_mr.py:smoke --workdir runs/smoke

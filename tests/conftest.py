@@ -14,9 +14,9 @@ import tempfile
 # 91 s instead of 144 s, test_precision.py + test_dual_encoder.py 77 s instead of 108 s (AMD EPYC
 # Zen 3, 2 cores). (At the default -O2 it is the other way round: a training step compiled in
 # 31 s instead of 13 s; the studies keep XLA's defaults.) XLA splits each module for parallel
-# code generation; the two workers already use both cores, and one part compiled a generic-study
-# test's 167 programs in 6.0 s instead of 7.0 s (Zen 4). Set before JAX starts its backend;
-# subprocesses (the CLI tests) inherit it.
+# code generation, but the two workers already keep both cores busy: one part compiles faster
+# (docs/benchmarks.md, "Wall time"). Set before JAX starts its backend; subprocesses (the CLI
+# tests) inherit it.
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "")
     + " --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
@@ -25,10 +25,10 @@ os.environ["XLA_FLAGS"] = (
 
 # Tests, their subprocesses and both xdist workers compile many of the same programs (the same
 # tiny models in several files, train.py then evaluate.py on one config): one persistent
-# compilation cache for the whole run lets each later compilation load the first one's program.
-# A program's key is its HLO, options and devices, so results are unchanged; the suite took
-# 622 s instead of 685 s (2-core AMD EPYC Zen 4, 2026-12-03). The process that starts pytest
-# creates the folder and removes it at the end; xdist workers and subprocesses inherit it.
+# compilation cache for the whole run lets each later compilation load the first one's program
+# (about a tenth of the suite's time). A program's key is its HLO, options and devices, so
+# results are unchanged. The process that starts pytest creates the folder and removes it at
+# the end; xdist workers and subprocesses inherit it.
 OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
 if OWN_CACHE:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="hydra_jax_test_xla_")

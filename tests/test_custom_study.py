@@ -261,6 +261,9 @@ def family_config(family: str, bert: BertConfig) -> BertConfig | ModernBertConfi
         )  # fmt: skip
         return ModernBertConfig(encoder, bert.vocab_size, bert.max_positions, num_labels=2,
                                 pooling="mean")  # fmt: skip
+    if family == "electra":  # token tables narrower than the encoder, projected up
+        return dataclasses.replace(bert, model_type=family, embedding_size=e.width - 3,
+                                   pooler=False, num_labels=2)  # fmt: skip
     if family == "deberta-v2":  # relative positions only, 4 log buckets
         relative = RelativeAttention(span=4, buckets=4, max_distance=bert.max_positions)
         return dataclasses.replace(
@@ -273,11 +276,12 @@ def family_config(family: str, bert: BertConfig) -> BertConfig | ModernBertConfi
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("family", ["roberta", "distilbert", "deberta-v2", "modernbert"])
+@pytest.mark.parametrize("family", ["roberta", "distilbert", "electra", "deberta-v2", "modernbert"])
 def test_the_study_runs_on_other_text_families(tmp_path, text_encoder_dir, family):
-    """A RoBERTa (positions counted from its padding id), a DistilBERT (no token types), a
-    DeBERTa-v3 (relative positions) and a ModernBERT (rotary, local attention, mean pooling)
-    classifier through the generic study, as the BERT encoder goes."""
+    """A RoBERTa (positions counted from its padding id), a DistilBERT (no token types), an
+    ELECTRA discriminator (narrow token tables, projected), a DeBERTa-v3 (relative positions) and
+    a ModernBERT (rotary, local attention, mean pooling) classifier through the generic study, as
+    the BERT encoder goes."""
     config = family_config(family, hj.from_pretrained(text_encoder_dir).config)
     path = tmp_path / family
     hj.save_pretrained(hj.Model.init(config, jax.random.key(1)), path)

@@ -114,6 +114,7 @@ def clip(
     max_positions: int = 8,
     image_size: int = 8,
     patch_size: int = 4,
+    num_channels: int = 3,
     projection_dim: int = 6,
 ) -> CLIPConfig:
     """A CLIP of quick-GELU pre-LN towers (the text tower causal, its EOS the last id);
@@ -122,7 +123,8 @@ def clip(
     return CLIPConfig(
         CLIPTextConfig(encoder(**{**towers, "causal": True, **(text or {})}), vocab_size,
                        max_positions, vocab_size - 1),
-        CLIPVisionConfig(encoder(**{**towers, **(vision or {})}), image_size, patch_size),
+        CLIPVisionConfig(encoder(**{**towers, **(vision or {})}), image_size, patch_size,
+                         num_channels),
         projection_dim,
     )  # fmt: skip
 

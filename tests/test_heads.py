@@ -24,11 +24,7 @@ from hydra_jax.heads import (
 )
 from hydra_jax.models import (
     BertConfig,
-    CLIPConfig,
-    CLIPTextConfig,
-    CLIPVisionConfig,
     CLIPVisionTowerConfig,
-    ViTConfig,
     with_classifier,
 )
 from hydra_jax.testing import assert_close
@@ -130,32 +126,11 @@ def test_entropy_equals_numpy_from_returned_attentions(bert):
 def image_classifiers():
     """A ViT classifier and a CLIP vision tower with a zero-shot head (2 layers of 6 and of 3
     heads: distinct from each other's other axes and from the BERT's), on 3 images."""
-    vit = ViTConfig(
-        testing.encoder(
-            layers=2, heads=6, head_dim=2, mlp_dim=9, layer_norm_eps=1e-6, pre_norm=True
-        ),
-        8,
-        4,
-        1,
-        num_labels=3,
-    )
-    tower = CLIPVisionTowerConfig(
-        CLIPVisionConfig(
-            testing.encoder(
-                layers=2,
-                heads=3,
-                head_dim=4,
-                mlp_dim=7,
-                activation="quick_gelu",
-                layer_norm_eps=1e-5,
-                pre_norm=True,
-            ),
-            6,
-            2,
-            2,
-        ),
-        5,
-    )
+    vit = testing.vit(layers=2, heads=6, head_dim=2, mlp_dim=9, layer_norm_eps=1e-6,
+                      num_channels=1, num_labels=3)  # fmt: skip
+    clip = testing.clip(vision=dict(layers=2, heads=3, head_dim=4, mlp_dim=7), image_size=6,
+                        patch_size=2, num_channels=2)  # fmt: skip
+    tower = CLIPVisionTowerConfig(clip.vision, 5)
     rng = np.random.default_rng(4)
     models = {
         "vit": hj.Model.init(vit, jax.random.key(5)),
@@ -339,14 +314,7 @@ def test_compact_bert_equals_masked_and_cuts_flops(bert):
 
 def test_compact_vit_and_clip_towers_equal_masked():
     vit = hj.Model.init(
-        ViTConfig(
-            testing.encoder(
-                layers=2, heads=3, head_dim=4, mlp_dim=14, layer_norm_eps=1e-6, pre_norm=True
-            ),
-            8,
-            4,
-            num_labels=2,
-        ),
+        testing.vit(layers=2, heads=3, head_dim=4, mlp_dim=14, layer_norm_eps=1e-6, num_labels=2),
         jax.random.key(2),
     )
     pixels = np.random.default_rng(1).normal(size=(2, 3, 8, 8)).astype(np.float32)
@@ -358,39 +326,11 @@ def test_compact_vit_and_clip_towers_equal_masked():
     full = expand_to_full(small)
     assert_close(run(full, pixel_values=pixels).logits, masked)
     clip = hj.Model.init(
-        CLIPConfig(
-            CLIPTextConfig(
-                testing.encoder(
-                    layers=2,
-                    heads=2,
-                    head_dim=4,
-                    mlp_dim=10,
-                    activation="quick_gelu",
-                    layer_norm_eps=1e-5,
-                    pre_norm=True,
-                    causal=True,
-                ),
-                20,
-                6,
-                19,
-            ),
-            CLIPVisionConfig(
-                testing.encoder(
-                    layers=2,
-                    heads=3,
-                    head_dim=3,
-                    mlp_dim=11,
-                    activation="quick_gelu",
-                    layer_norm_eps=1e-5,
-                    pre_norm=True,
-                ),
-                6,
-                3,
-            ),
-            projection_dim=5,
-        ),
+        testing.clip(text=dict(layers=2, heads=2, head_dim=4, mlp_dim=10),
+                     vision=dict(layers=2, heads=3, head_dim=3, mlp_dim=11), vocab_size=20,
+                     max_positions=6, image_size=6, patch_size=3, projection_dim=5),
         jax.random.key(3),
-    )
+    )  # fmt: skip
     ids = np.array([[1, 4, 5, 19, 0, 0], [1, 7, 8, 9, 10, 19]])
     inputs = dict(input_ids=ids, attention_mask=(ids > 0).astype(np.int32),
                   pixel_values=np.ones((1, 3, 6, 6), np.float32))  # fmt: skip

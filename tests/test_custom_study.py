@@ -31,6 +31,10 @@ from hydra_jax.models import (
     BertConfig,
     ModernBertConfig,
     RelativeAttention,
+    SiglipClassifierConfig,
+    SiglipConfig,
+    SiglipTextConfig,
+    SiglipVisionConfig,
     ViTConfig,
 )
 
@@ -175,21 +179,37 @@ def test_image_study_with_folders_and_npz_ood_sets(tmp_path, vit_dir):
     assert not (tmp_path / "other").exists()
 
 
-@pytest.mark.parametrize("family", ["deit", "dinov2"])
+def siglip_dir(path: Path) -> Path:
+    """A tiny SigLIP (both towers) with a SigLIP image processor: RGB, 8 x 8."""
+    transformers = pytest.importorskip("transformers")
+    towers = {"activation": "gelu_pytorch_tanh", "layer_norm_eps": 1e-6, "pre_norm": True}
+    vision = SiglipVisionConfig(testing.encoder(**towers, heads=2, mlp_dim=12), 8, 4)
+    text = SiglipTextConfig(testing.encoder(**towers, heads=2), 30, 8, vision.encoder.width)
+    hj.save_pretrained(testing.tiny(SiglipConfig(text, vision), seed=3), path)
+    transformers.SiglipImageProcessor(size={"height": 8, "width": 8}).save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("family", ["deit", "dinov2", "siglip"])
 def test_the_image_study_runs_on_other_vision_families(tmp_path, vit_dir, family):
-    """A DeiT (a distillation token and its teacher's head) and a DINOv2 (layer scale, a
-    classifier on CLS and the mean patch) through the generic study, as the ViT goes."""
+    """A DeiT (a distillation token and its teacher's head), a DINOv2 (layer scale, a classifier
+    on CLS and the mean patch) and a SigLIP model (both towers: its vision tower becomes HF's
+    SiglipForImageClassification) through the generic study, as the ViT goes."""
     vit = hj.from_pretrained(vit_dir).config
-    if family == "deit":
+    if family == "siglip":
+        path = siglip_dir(tmp_path / family)
+        config = dataclasses.replace(hj.from_pretrained(path).config.vision, num_channels=3)
+    elif family == "deit":
         config = dataclasses.replace(vit, model_type="deit", distillation_token=True,
                                      distilled_head=True, num_labels=2)  # fmt: skip
     else:
         encoder = dataclasses.replace(vit.encoder, layer_scale=True, mlp_dim=16)
         config = dataclasses.replace(vit, model_type="dinov2", encoder=encoder, pooler=False,
                                      num_labels=2)  # fmt: skip
-    path = tmp_path / family
-    hj.save_pretrained(hj.Model.init(config, jax.random.key(2)), path)
-    shutil.copy(vit_dir / "preprocessor_config.json", path)
+    if family != "siglip":
+        path = tmp_path / family
+        hj.save_pretrained(hj.Model.init(config, jax.random.key(2)), path)
+        shutil.copy(vit_dir / "preprocessor_config.json", path)
     folders = {s: image_folder(tmp_path / s, np.random.default_rng(2), 8) for s in ("a", "b")}
     study = smoke_config()
     study.model = str(path)
@@ -199,7 +219,8 @@ def test_the_image_study_runs_on_other_vision_families(tmp_path, vit_dir, family
     results = custom.evaluate(study, tmp_path / "run")
     assert set(results["methods"]) == {"single", "hydra_taylor"}
     member = hj.from_pretrained(tmp_path / "run" / "hf" / "member_0").config
-    assert member.model_type == family and member.encoder == config.encoder
+    kind = "siglip" if isinstance(member, SiglipClassifierConfig) else member.model_type
+    assert kind == family and member.encoder == config.encoder
 
 
 def test_a_prepared_tfds_dataset_feeds_the_study(tmp_path, text_encoder_dir, synthetic_data_dir):

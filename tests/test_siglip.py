@@ -156,3 +156,74 @@ def test_export_loads_in_transformers_with_equal_logits(pair, tmp_path):
     assert hj.from_pretrained(tmp_path).config == ours.config
     with pytest.raises(ValueError, match=r"input_ids has 9 tokens, more than the model's 8"):
         ours(input_ids=np.ones((1, 9), np.int64))
+
+
+# SiglipForImageClassification: the vision tower, its final-normed tokens averaged, a dense
+# classifier. Loaded from its own directory, and made from a SiglipModel by `with_classifier`.
+@pytest.fixture(scope="module")
+def image_classifier(pair, tmp_path_factory):
+    torch.manual_seed(5)
+    config = transformers.SiglipConfig(text_config=TEXT, vision_config=VISION, num_labels=5,
+                                       attn_implementation="eager")  # fmt: skip
+    reference = transformers.SiglipForImageClassification(config).eval()
+    path = tmp_path_factory.mktemp("siglip_classifier")
+    reference.save_pretrained(path)
+    return reference, hj.from_pretrained(path)
+
+
+def test_image_classifier_equals_transformers_under_head_masks(pair, image_classifier):
+    *_, pixels = pair
+    reference, ours = image_classifier
+    assert ours.config.num_labels == 5 and "pool" not in ours.params
+    layers = [l.self_attn.out_proj for l in reference.vision_model.encoder.layers]
+    rng = np.random.default_rng(2)
+    binary = (rng.random((2, 4)) > 0.4) * 1.0
+    binary[0] = 0.0  # a layer that loses every head
+    for mask in (None, binary, rng.uniform(0, 1.5, (2, 4))):
+        with masked_heads(layers, mask), torch.no_grad():
+            expected = reference(pixel_values=torch.tensor(pixels)).logits
+        assert_close(ours(pixel_values=pixels, head_mask=mask).logits, to_numpy(expected))
+    labels = np.array([0, 4, 1, 3])
+    his, _ = hj.heads.his_and_entropy(ours, [{"pixel_values": pixels, "labels": labels}])
+    expected = head_importance(reference, layers, {"pixel_values": pixels}, labels, (2, 4))
+    np.testing.assert_allclose(his, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
+
+
+def test_a_siglip_model_becomes_an_image_classifier_as_in_transformers(pair, tmp_path):
+    """`with_classifier` on a SiglipModel: its vision tower without the pooling head, a new
+    classifier; `transformers` builds the same network from the SiglipModel's directory."""
+    reference, ours, pixels = pair
+    classifier = hj.with_classifier(ours, 3, jax.random.key(0))
+    assert classifier.config == hj.models.SiglipClassifierConfig(ours.config.vision, 3)
+    hj.save_pretrained(classifier, tmp_path / "mine")
+    reference.save_pretrained(tmp_path / "siglip")
+    expected = transformers.SiglipForImageClassification.from_pretrained(
+        tmp_path / "siglip", num_labels=3
+    )
+    with torch.no_grad():
+        expected.classifier.weight.copy_(
+            torch.tensor(np.asarray(classifier.params["classifier"]["kernel"]).T)
+        )
+        expected.classifier.bias.copy_(
+            torch.tensor(np.asarray(classifier.params["classifier"]["bias"]))
+        )
+        logits = expected.eval()(pixel_values=torch.tensor(pixels)).logits
+    assert_close(classifier(pixel_values=pixels).logits, to_numpy(logits))
+    exported = transformers.SiglipForImageClassification.from_pretrained(tmp_path / "mine").eval()
+    with torch.no_grad():
+        logits = exported(pixel_values=torch.tensor(pixels)).logits
+    assert_close(classifier(pixel_values=pixels).logits, to_numpy(logits))
+    assert hj.from_pretrained(tmp_path / "mine").config == classifier.config
+
+
+def test_compact_and_fusion_on_the_image_classifier(pair, image_classifier):
+    *_, pixels = pair
+    _, ours = image_classifier
+    keep = np.array([[True, False, True, True], [False, True, False, True]])
+    assert_close(hj.heads.compact(ours, keep)(pixel_values=pixels).logits,
+                 ours(pixel_values=pixels, head_mask=keep * 1.0).logits)  # fmt: skip
+    sets = hydra.stratified_head_sets(np.random.default_rng(1).random((2, 4)), 2)
+    members = hydra.members_from(ours, sets)
+    logits = np.asarray(hydra.fuse(members)(pixel_values=pixels).logits)  # [B, M, C]
+    for m, member in enumerate(members):
+        assert_close(logits[:, m], member(pixel_values=pixels).logits, err_msg=f"member {m}")

@@ -86,8 +86,9 @@ def from_pretrained(path: str | Path) -> Model:
 
 def save_pretrained(model: Model, path: str | Path) -> None:
     """Writes a BERT-family (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, DistilBERT,
-    DeBERTa-v2/v3), ViT, DeiT, DINOv2 or ViT-BERT dual encoder model as an HF directory
-    (`config.json` + `model.safetensors`) under its own `model_type`."""
+    DeBERTa-v2/v3, ModernBERT), ViT, DeiT, DINOv2, SigLIP (`SiglipModel`, or its image
+    classifier) or ViT-BERT dual encoder model as an HF directory (`config.json` +
+    `model.safetensors`) under its own `model_type`."""
     config = model.config
     single = not isinstance(config, HydraConfig)  # a fused Hydra has no HF format
     model_type = architecture(config).hf_model_type(config) if single else None

@@ -36,7 +36,8 @@ IGNORED = (r"(text|vision)_model\.embeddings\.position_ids",)
 
 
 def tower_rules(hf: str, ours: str) -> list[Rule]:
-    layer, mine = f"{hf}.encoder.layers.{{l}}", f"{ours}/encoder/layer_{{l}}"
+    """One tower's layers: HF's under `hf`, ours under `ours` ("" = the top)."""
+    layer, mine = f"{hf}.encoder.layers.{{l}}", f"{ours}/encoder/layer_{{l}}".lstrip("/")
     return [
         *layer_norm(f"{layer}.layer_norm1", f"{mine}/attention_norm"),
         *attention(

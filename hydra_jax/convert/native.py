@@ -27,6 +27,7 @@ from hydra_jax.models import (
     ModernBertConfig,
     PackedEnsembleConfig,
     RelativeAttention,
+    SiglipClassifierConfig,
     SiglipConfig,
     SiglipTextConfig,
     SiglipVisionConfig,
@@ -41,7 +42,7 @@ _CONFIGS = {
               CLIPConfig, CLIPVisionTowerConfig, DualEncoderConfig, HydraConfig,
               BatchEnsembleConfig, LoraEnsembleConfig, PackedEnsembleConfig, ModernBertConfig,
               RelativeAttention, SiglipConfig, SiglipTextConfig, SiglipVisionConfig,
-              SiglipVisionTowerConfig)
+              SiglipVisionTowerConfig, SiglipClassifierConfig)
 }  # fmt: skip
 CONFIG_FILE = "model_config.json"
 

@@ -1,11 +1,18 @@
 """HuggingFace SiglipModel <-> ours (both towers, the attention-pooling head, logit scale and
-bias). The pooling head's `nn.MultiheadAttention` keeps its query, key and value in one
+bias), and SiglipForImageClassification <-> ours (the vision tower, a classifier on its mean
+token). The pooling head's `nn.MultiheadAttention` keeps its query, key and value in one
 `in_proj` tensor `[3 D, D]` (query rows first), split into our three projections on load and
-joined on export. Refused rather than guessed: a vision tower without its pooling head
-(`vision_use_head: false`) and SigLIP 2 (`siglip2`: variable-resolution patches)."""
+joined on export. Refused rather than guessed: a SiglipModel whose vision tower lacks its pooling
+head (`vision_use_head: false`) and SigLIP 2 (`siglip2`: variable-resolution patches).
+
+An image classifier reads neither the text tower nor the pooling head: its `text_config` is not
+read, the pooling head's tensors are skipped on load, and the export writes
+`vision_use_head: false` and the default `text_config`, which `transformers` loads to the same
+logits."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +34,10 @@ from hydra_jax.convert.common import (
     encoder_hf_fields,
     expand,
     field,
+    label_fields,
     layer_norm,
     load_model,
+    num_labels,
     require,
     to_hf_tensors,
     write_hf,
@@ -36,6 +45,7 @@ from hydra_jax.convert.common import (
 from hydra_jax.models import (
     EncoderConfig,
     Model,
+    SiglipClassifierConfig,
     SiglipConfig,
     SiglipTextConfig,
     SiglipVisionConfig,
@@ -53,6 +63,7 @@ TEXT_HANDLED = (*_TOWER, "vocab_size", "max_position_embeddings", "projection_si
 VISION_HANDLED = (*_TOWER, "image_size", "patch_size", "num_channels", "vision_use_head")
 IGNORED = (r"(text|vision)_model\.embeddings\.position_ids",)
 _POOL = "vision_model.head"
+CLASSIFIER = "SiglipForImageClassification"
 
 
 def rules_for(config: SiglipConfig) -> list[Rule]:
@@ -66,14 +77,7 @@ def rules_for(config: SiglipConfig) -> list[Rule]:
         *dense("text_model.head", "text/projection"),
     ]
     vision = [
-        Rule("vision_model.embeddings.patch_embedding.weight", "vision/patch/kernel", CONV),
-        Rule("vision_model.embeddings.patch_embedding.bias", "vision/patch/bias"),
-        Rule(
-            "vision_model.embeddings.position_embedding.weight",
-            "vision/position_embedding/embedding",
-        ),
-        *tower_rules("vision_model", "vision"),
-        *layer_norm("vision_model.post_layernorm", "vision/post_norm"),
+        *_vision_rules("vision"),
         Rule(f"{_POOL}.probe", "vision/pool/probe", SQUEEZE_2),
         *(Rule(f"{_POOL}.attention.w{n[0]}.weight", f"vision/pool/{n}/kernel", HEADS_IN)
           for n in ("query", "key", "value")),
@@ -93,20 +97,56 @@ def rules_for(config: SiglipConfig) -> list[Rule]:
     ]
 
 
+def _vision_rules(ours: str) -> list[Rule]:
+    """The vision tower up to its final LayerNorm, our weights under `ours` ("" = the top)."""
+    at = f"{ours}/" if ours else ""
+    return [
+        Rule("vision_model.embeddings.patch_embedding.weight", f"{at}patch/kernel", CONV),
+        Rule("vision_model.embeddings.patch_embedding.bias", f"{at}patch/bias"),
+        Rule(
+            "vision_model.embeddings.position_embedding.weight",
+            f"{at}position_embedding/embedding",
+        ),
+        *tower_rules("vision_model", ours),
+        *layer_norm("vision_model.post_layernorm", f"{at}post_norm"),
+    ]
+
+
+def classifier_rules(config: SiglipClassifierConfig) -> list[Rule]:
+    head = dense("classifier", "classifier") if config.num_labels else []
+    return [*expand(_vision_rules(""), config.encoder.num_layers), *head]
+
+
 def _encoder(hf: dict[str, Any], where: str) -> EncoderConfig:
     return encoder_config(hf, where, pre_norm=True, layer_norm_eps=1e-6,
                           dropout_fields=("dropout", "attention_dropout"))  # fmt: skip
+
+
+def _vision_config(vision: dict[str, Any]) -> SiglipVisionConfig:
+    check_fields(vision, VISION_HANDLED, "SigLIP vision_config")
+    return SiglipVisionConfig(
+        encoder=_encoder(vision, "SigLIP vision"),
+        image_size=field(vision, "image_size", int, 224),
+        patch_size=field(vision, "patch_size", int, 16),
+        num_channels=field(vision, "num_channels", int, 3),
+    )
+
+
+def classifier_config_from_hf(hf: dict[str, Any]) -> SiglipClassifierConfig:
+    check_fields(hf, HANDLED, "SigLIP")
+    vision = _vision_config(field(hf, "vision_config", dict, {}))
+    return SiglipClassifierConfig(vision, num_labels(hf, "ForImageClassification"))
 
 
 def config_from_hf(hf: dict[str, Any]) -> SiglipConfig:
     check_fields(hf, HANDLED, "SigLIP")
     text, vision = field(hf, "text_config", dict, {}), field(hf, "vision_config", dict, {})
     check_fields(text, TEXT_HANDLED, "SigLIP text_config")
-    check_fields(vision, VISION_HANDLED, "SigLIP vision_config")
     require(field(vision, "vision_use_head", bool, True),
             "SigLIP vision_use_head=false (no attention-pooling head) is not modelled")  # fmt: skip
     text_encoder = _encoder(text, "SigLIP text")
-    vision_encoder = _encoder(vision, "SigLIP vision")
+    vision_config = _vision_config(vision)
+    vision_encoder = vision_config.encoder
     projection = field(text, "projection_size", int, text_encoder.width)
     require(projection == vision_encoder.width,
             f"SigLIP text projection_size {projection} differs from the image embedding's width "
@@ -118,12 +158,7 @@ def config_from_hf(hf: dict[str, Any]) -> SiglipConfig:
             max_positions=field(text, "max_position_embeddings", int, 64),
             projection_dim=projection,
         ),
-        vision=SiglipVisionConfig(
-            encoder=vision_encoder,
-            image_size=field(vision, "image_size", int, 224),
-            patch_size=field(vision, "patch_size", int, 16),
-            num_channels=field(vision, "num_channels", int, 3),
-        ),
+        vision=vision_config,
     )
 
 
@@ -142,9 +177,29 @@ def _split_in_proj(tensors: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def is_classifier(hf: dict[str, Any]) -> bool:
+    return CLASSIFIER in field(hf, "architectures", list, [])
+
+
 def load(hf: dict[str, Any], tensors: dict[str, Any]) -> Model:
+    if is_classifier(hf):
+        config = classifier_config_from_hf(hf)
+        unused = (*IGNORED, re.escape(_POOL) + r"\..*")  # the pooling head, unread
+        return load_model(config, classifier_rules(config), tensors, unused)
     config = config_from_hf(hf)
     return load_model(config, rules_for(config), _split_in_proj(tensors), IGNORED)
+
+
+def _vision_hf(vision: SiglipVisionConfig, use_head: bool) -> dict[str, Any]:
+    return {
+        **encoder_hf_fields(vision.encoder, "SigLIP vision"),
+        "model_type": "siglip_vision_model",
+        "attention_dropout": vision.encoder.attention_dropout,
+        "image_size": vision.image_size,
+        "patch_size": vision.patch_size,
+        "num_channels": vision.num_channels,
+        "vision_use_head": use_head,
+    }
 
 
 def hf_config(c: SiglipConfig) -> dict[str, Any]:
@@ -161,21 +216,19 @@ def hf_config(c: SiglipConfig) -> dict[str, Any]:
             "max_position_embeddings": text.max_positions,
             "projection_size": text.projection_dim,
         },
-        "vision_config": {
-            **encoder_hf_fields(vision.encoder, "SigLIP vision"),
-            "model_type": "siglip_vision_model",
-            "attention_dropout": vision.encoder.attention_dropout,
-            "image_size": vision.image_size,
-            "patch_size": vision.patch_size,
-            "num_channels": vision.num_channels,
-            "vision_use_head": True,
-        },
+        "vision_config": _vision_hf(vision, use_head=True),
     }
 
 
 def export(model: Model, path: Path) -> None:
     """Writes `model` as an HF directory that `transformers` loads with identical outputs."""
     c = model.config
+    if isinstance(c, SiglipClassifierConfig):
+        hf = {"model_type": MODEL_TYPE, "architectures": [CLASSIFIER], "text_config": {},
+              "vision_config": _vision_hf(c.vision, use_head=False),
+              **label_fields(c.num_labels)}  # fmt: skip
+        write_hf(path, hf, to_hf_tensors(classifier_rules(c), model.params))
+        return
     if not isinstance(c, SiglipConfig):
         raise ConversionError(f"expected a SigLIP model, got {type(c).__name__}")
     tensors = to_hf_tensors(rules_for(c), model.params)

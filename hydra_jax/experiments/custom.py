@@ -141,7 +141,7 @@ def initial_model(config: ml_collections.ConfigDict, classes: ClassNames, seed: 
     """`config.model` as a classifier of `classes`: its own classifier where it has one (which
     must have as many classes), else a new one initialised with `seed`."""
     model = from_pretrained(Path(config.model))
-    C, own = len(classes.names), model.config.num_labels
+    C, own = len(classes.names), getattr(model.config, "num_labels", 0)  # 0: a SigLIP model
     if own and own != C:
         raise DataError(f"the classifier of {config.model} has {own} classes but "
                         f"{config.data.train} has {C}: {list(classes.names)}")  # fmt: skip
@@ -193,7 +193,7 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
             )  # fmt: skip
             save_model(ensembles.fuse(hydra_members), saved_path(workdir.path, f"hydra_{strategy}"))
             save_model(hydra_members[0], saved_path(workdir.path, f"pruned_{strategy}"))
-    own_head = from_pretrained(Path(config.model)).config.num_labels > 0
+    own_head = getattr(from_pretrained(Path(config.model)).config, "num_labels", 0) > 0
     for kind in (n for n in names if n in members.EFFICIENT):
         seed = members.training_seed(config, 0)
         fresh = 0 if own_head else len(user.classes.names)  # LoRA: a new head per member

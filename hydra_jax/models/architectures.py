@@ -33,6 +33,7 @@ from hydra_jax.models.config import (
     DualEncoderConfig,
     EncoderConfig,
     ModernBertConfig,
+    SiglipClassifierConfig,
     SiglipConfig,
     SiglipVisionTowerConfig,
     ViTConfig,
@@ -40,7 +41,7 @@ from hydra_jax.models.config import (
 from hydra_jax.models.dual_encoder import DualEncoder
 from hydra_jax.models.inputs import check_pixels, check_text, concrete, token_types
 from hydra_jax.models.modernbert import ModernBert
-from hydra_jax.models.siglip import Siglip, SiglipVision
+from hydra_jax.models.siglip import Siglip, SiglipClassifier, SiglipVision
 from hydra_jax.models.vit import ViT
 
 Params = Any
@@ -80,6 +81,9 @@ class Architecture:
       head: a fresh `num_labels`-way classifier's weights (`with_classifier`), or None.
       vision_tower: `(config, weights) -> (config, weights)` of the vision tower as a model of
         its own (dual encoders), or None.
+      image_classifier: `(config, weights) -> (config, weights)` of the vision tower as its
+        family's HF image classifier, without a classifier yet (`with_classifier` adds one), or
+        None.
       hf_model_type: config -> the HF `model_type` it loads from and exports to.
     """
 
@@ -92,6 +96,7 @@ class Architecture:
     shared_tables: tuple[str, ...] | None = None
     head: Head | None = None
     vision_tower: Callable[[Any, Params], tuple[Any, Params]] | None = None
+    image_classifier: Callable[[Any, Params], tuple[Any, Params]] | None = None
 
 
 def _ids() -> jax.Array:
@@ -126,7 +131,9 @@ def _check_clip(c: CLIPConfig, inputs: Mapping[str, Any]) -> None:
     check_pixels(inputs.get("pixel_values"), c.vision.image_size, c.vision.num_channels)
 
 
-def _check_siglip_tower(c: SiglipVisionTowerConfig, inputs: Mapping[str, Any]) -> None:
+def _check_siglip_tower(
+    c: SiglipVisionTowerConfig | SiglipClassifierConfig, inputs: Mapping[str, Any]
+) -> None:
     check_pixels(inputs.get("pixel_values"), c.vision.image_size, c.vision.num_channels)
 
 
@@ -206,6 +213,12 @@ def _clip_vision_tower(c: CLIPConfig, params: Params) -> tuple[CLIPVisionTowerCo
 
 def _siglip_vision_tower(c: SiglipConfig, params: Params) -> tuple[Any, Params]:
     return SiglipVisionTowerConfig(c.vision), params["vision"]
+
+
+def _siglip_image_classifier(c: SiglipConfig, params: Params) -> tuple[Any, Params]:
+    """`SiglipForImageClassification`'s network: the vision tower without its pooling head."""
+    vision = {k: v for k, v in params["vision"].items() if k != "pool"}
+    return SiglipClassifierConfig(c.vision), vision
 
 
 def _dual_vision_tower(c: DualEncoderConfig, params: Params) -> tuple[ViTConfig, Params]:
@@ -296,6 +309,16 @@ ARCHITECTURES: dict[type, Architecture] = {
         shared_tables=("patch", "position_embedding"),
         head=_siglip_head,
     ),
+    SiglipClassifierConfig: Architecture(
+        module=lambda c: SiglipClassifier(c.vision, c.num_labels),
+        inputs=("pixel_values",),
+        check=_check_siglip_tower,
+        dummy=lambda c: {"pixel_values": _image(c.vision.image_size, c.vision.num_channels)},
+        towers={"": Tower(("vision",), (), "head_mask")},
+        hf_model_type=lambda c: "siglip",
+        shared_tables=("patch", "position_embedding"),
+        head=lambda c, num_labels, key: {"classifier": _dense(key, c.encoder.width, num_labels)},
+    ),
     SiglipConfig: Architecture(
         module=Siglip,
         inputs=("input_ids", "attention_mask", "pixel_values"),
@@ -304,6 +327,7 @@ ARCHITECTURES: dict[type, Architecture] = {
         towers=_two_towers("text", "vision"),
         hf_model_type=lambda c: "siglip",
         vision_tower=_siglip_vision_tower,
+        image_classifier=_siglip_image_classifier,
     ),
     DualEncoderConfig: Architecture(
         module=DualEncoder,

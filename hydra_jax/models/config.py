@@ -397,8 +397,28 @@ class SiglipVisionTowerConfig:
         return self.vision.encoder
 
 
+@dataclasses.dataclass(frozen=True)
+class SiglipClassifierConfig:
+    """HF `SiglipForImageClassification`: SigLIP's vision tower without its attention-pooling
+    head; the tokens after the final LayerNorm are averaged and a dense layer gives `num_labels`
+    logits. `with_classifier` makes one from a SigLIP model, as `transformers` does from a
+    SigLIP checkpoint."""
+
+    vision: SiglipVisionConfig
+    num_labels: int = 0
+
+    @property
+    def encoder(self) -> EncoderConfig:
+        return self.vision.encoder
+
+
 MemberConfig = (
-    BertConfig | ModernBertConfig | ViTConfig | CLIPVisionTowerConfig | SiglipVisionTowerConfig
+    BertConfig
+    | ModernBertConfig
+    | ViTConfig
+    | CLIPVisionTowerConfig
+    | SiglipVisionTowerConfig
+    | SiglipClassifierConfig
 )
 
 
@@ -499,6 +519,7 @@ ArchConfig = (
     | DualEncoderConfig
     | SiglipConfig
     | SiglipVisionTowerConfig
+    | SiglipClassifierConfig
     | HydraConfig
     | BatchEnsembleConfig
     | LoraEnsembleConfig

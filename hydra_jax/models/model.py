@@ -206,18 +206,22 @@ def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
     `distillation_classifier` too, DINOv2 one on `[CLS, mean patch]`. Vision towers (CLIP's, or
     a dual encoder's ViT with `projection_dim`): a zero-shot head of random class embeddings
     `[C, E]` (normal(0.02)) and CLIP's initial logit scale; `zero_shot` puts prompt embeddings
-    there.
+    there. A SigLIP model becomes HF's `SiglipForImageClassification`: its vision tower without
+    the pooling head, a dense layer on the mean token.
     """
     checks.count("num_labels", num_labels)
-    config = model.config
+    config, params = model.config, model.params
+    as_classifier = architecture(config).image_classifier
+    if as_classifier is not None and not isinstance(config, ENSEMBLE_CONFIGS):
+        config, params = as_classifier(config, params)
     new_head = architecture(config).head
     if new_head is None or isinstance(config, ENSEMBLE_CONFIGS):
         raise TypeError(
-            f"with_classifier takes BERT-family, ViT-family or vision-tower models, not "
+            f"with_classifier takes BERT-family, ViT-family, SigLIP or vision-tower models, not "
             f"{type(config).__name__}"
         )
     head = new_head(config, num_labels, rng)
-    params = {k: v for k, v in model.params.items() if k not in CLASSIFIER_PARAMS}
+    params = {k: v for k, v in params.items() if k not in CLASSIFIER_PARAMS}
     return Model(dataclasses.replace(config, num_labels=num_labels), {**params, **head})
 
 

@@ -3,7 +3,8 @@ token pooled by multi-head attention from a learned probe, and sigmoid logits wi
 
 Each tower has the three stages (`embed`, `encode`, `head`). The vision tower also stands alone
 as a model (`SiglipVisionTowerConfig`), optionally with a zero-shot head: fixed class embeddings
-`[C, D]` scoring `exp(logit_scale) * cos(image embedding, class) + logit_bias`.
+`[C, D]` scoring `exp(logit_scale) * cos(image embedding, class) + logit_bias`; and as HF's
+image classifier (`SiglipClassifierConfig`): the mean token, a dense layer.
 """
 
 from __future__ import annotations
@@ -110,18 +111,23 @@ class SiglipVision(StagedEncoder):
     num_labels: int = 0
 
     def setup(self) -> None:
-        c, e = self.config, self.config.encoder
-        T = (c.image_size // c.patch_size) ** 2
-        self.patch = patch_conv(e.width, c.patch_size, use_bias=True, dtype=compute_dtype(e))
-        self.position_embedding = nn.Embed(T, e.width, dtype=compute_dtype(e))
-        self.encoder = Encoder(e)
-        self.post_norm = layer_norm(e)
+        e = self.config.encoder
+        self.setup_layers()
         self.pool = AttentionPool(e)
         if self.num_labels:
             init = nn.initializers.normal(0.02)
             self.class_embeds = self.param("class_embeds", init, (self.num_labels, e.width))
             self.logit_scale = self.param("logit_scale", nn.initializers.constant(0.0), ())
             self.logit_bias = self.param("logit_bias", nn.initializers.constant(0.0), ())
+
+    def setup_layers(self) -> None:
+        """Patches, positions, the layers and the final LayerNorm (every SigLIP vision model)."""
+        c, e = self.config, self.config.encoder
+        T = (c.image_size // c.patch_size) ** 2
+        self.patch = patch_conv(e.width, c.patch_size, use_bias=True, dtype=compute_dtype(e))
+        self.position_embedding = nn.Embed(T, e.width, dtype=compute_dtype(e))
+        self.encoder = Encoder(e)
+        self.post_norm = layer_norm(e)
 
     def embed(self, pixel_values: jax.Array, deterministic: bool = True) -> Stem:
         del deterministic  # no embedding dropout
@@ -149,6 +155,25 @@ class SiglipVision(StagedEncoder):
         deterministic: bool = True,
     ) -> ModelOutput:
         return self.run(self.embed(pixel_values), head_mask, output_attentions, deterministic)
+
+
+class SiglipClassifier(SiglipVision):
+    """HF `SiglipForImageClassification`: the vision tower's final-normed tokens averaged (its
+    pooling head unused), then a dense classifier."""
+
+    def setup(self) -> None:
+        self.setup_layers()
+        if self.num_labels:
+            self.classifier = nn.Dense(self.num_labels)  # float32, on the float32 mean token
+
+    def head(
+        self, x: jax.Array, deterministic: bool = True, key_mask: jax.Array | None = None
+    ) -> ModelOutput:
+        del deterministic, key_mask  # no dropout after the encoder; no padding
+        x = self.post_norm(x)
+        pooled = wide(x).mean(axis=1)  # [B, D]
+        logits = self.classifier(pooled) if self.num_labels else None
+        return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits)
 
 
 class Siglip(nn.Module):

@@ -29,6 +29,7 @@ from hydra_jax.data.files import DataError
 from hydra_jax.experiments import custom
 from hydra_jax.models import (
     BertConfig,
+    CLIPClassifierConfig,
     ModernBertConfig,
     RelativeAttention,
     SiglipClassifierConfig,
@@ -179,26 +180,34 @@ def test_image_study_with_folders_and_npz_ood_sets(tmp_path, vit_dir):
     assert not (tmp_path / "other").exists()
 
 
-def siglip_dir(path: Path) -> Path:
-    """A tiny SigLIP (both towers) with a SigLIP image processor: RGB, 8 x 8."""
+def dual_encoder_dir(family: str, path: Path) -> Path:
+    """A tiny CLIP or SigLIP (both towers) with its family's image processor: RGB, 8 x 8."""
     transformers = pytest.importorskip("transformers")
-    towers = {"activation": "gelu_pytorch_tanh", "layer_norm_eps": 1e-6, "pre_norm": True}
-    vision = SiglipVisionConfig(testing.encoder(**towers, heads=2, mlp_dim=12), 8, 4)
-    text = SiglipTextConfig(testing.encoder(**towers, heads=2), 30, 8, vision.encoder.width)
-    hj.save_pretrained(testing.tiny(SiglipConfig(text, vision), seed=3), path)
-    transformers.SiglipImageProcessor(size={"height": 8, "width": 8}).save_pretrained(path)
+    if family == "clip":
+        model = testing.clip(vision={"heads": 2, "mlp_dim": 12})
+        square = {"height": 8, "width": 8}
+        processor = transformers.CLIPImageProcessor(size=square, crop_size=square)
+    else:
+        towers = {"activation": "gelu_pytorch_tanh", "layer_norm_eps": 1e-6, "pre_norm": True}
+        vision = SiglipVisionConfig(testing.encoder(**towers, heads=2, mlp_dim=12), 8, 4)
+        text = SiglipTextConfig(testing.encoder(**towers, heads=2), 30, 8, vision.encoder.width)
+        model = SiglipConfig(text, vision)
+        processor = transformers.SiglipImageProcessor(size={"height": 8, "width": 8})
+    hj.save_pretrained(testing.tiny(model, seed=3), path)
+    processor.save_pretrained(path)
     return path
 
 
-@pytest.mark.parametrize("family", ["deit", "dinov2", "siglip"])
+@pytest.mark.parametrize("family", ["deit", "dinov2", "clip", "siglip"])
 def test_the_image_study_runs_on_other_vision_families(tmp_path, vit_dir, family):
     """A DeiT (a distillation token and its teacher's head), a DINOv2 (layer scale, a classifier
-    on CLS and the mean patch) and a SigLIP model (both towers: its vision tower becomes HF's
-    SiglipForImageClassification) through the generic study, as the ViT goes."""
+    on CLS and the mean patch), a CLIP and a SigLIP model (both towers: the vision tower becomes
+    HF's CLIPForImageClassification or SiglipForImageClassification) through the generic study,
+    as the ViT goes."""
     vit = hj.from_pretrained(vit_dir).config
-    if family == "siglip":
-        path = siglip_dir(tmp_path / family)
-        config = dataclasses.replace(hj.from_pretrained(path).config.vision, num_channels=3)
+    if family in ("clip", "siglip"):
+        path = dual_encoder_dir(family, tmp_path / family)
+        config = hj.from_pretrained(path).config.vision
     elif family == "deit":
         config = dataclasses.replace(vit, model_type="deit", distillation_token=True,
                                      distilled_head=True, num_labels=2)  # fmt: skip
@@ -206,7 +215,7 @@ def test_the_image_study_runs_on_other_vision_families(tmp_path, vit_dir, family
         encoder = dataclasses.replace(vit.encoder, layer_scale=True, mlp_dim=16)
         config = dataclasses.replace(vit, model_type="dinov2", encoder=encoder, pooler=False,
                                      num_labels=2)  # fmt: skip
-    if family != "siglip":
+    if family not in ("clip", "siglip"):
         path = tmp_path / family
         hj.save_pretrained(hj.Model.init(config, jax.random.key(2)), path)
         shutil.copy(vit_dir / "preprocessor_config.json", path)
@@ -219,7 +228,8 @@ def test_the_image_study_runs_on_other_vision_families(tmp_path, vit_dir, family
     results = custom.evaluate(study, tmp_path / "run")
     assert set(results["methods"]) == {"single", "hydra_taylor"}
     member = hj.from_pretrained(tmp_path / "run" / "hf" / "member_0").config
-    kind = "siglip" if isinstance(member, SiglipClassifierConfig) else member.model_type
+    dual = {CLIPClassifierConfig: "clip", SiglipClassifierConfig: "siglip"}
+    kind = dual.get(type(member)) or member.model_type
     assert kind == family and member.encoder == config.encoder
 
 

@@ -15,6 +15,7 @@ from hydra_jax import testing
 from hydra_jax.models import (
     ARCHITECTURES,
     BertConfig,
+    CLIPClassifierConfig,
     CLIPConfig,
     CLIPTextConfig,
     CLIPVisionConfig,
@@ -45,6 +46,7 @@ MODELS = {
     "modernbert": ModernBertConfig(PRE, V, 16, num_labels=2),
     "vit": VIT,
     "clip_tower": CLIPVisionTowerConfig(CLIP_VISION, 6, num_labels=2),
+    "clip_classifier": CLIPClassifierConfig(CLIP_VISION, num_labels=2),
     "siglip_tower": SiglipVisionTowerConfig(SIGLIP_VISION, num_labels=2),
     "siglip_classifier": SiglipClassifierConfig(SIGLIP_VISION, num_labels=2),
     "clip": CLIPConfig(CLIPTextConfig(PRE, V, 16, 2), CLIP_VISION, 6),

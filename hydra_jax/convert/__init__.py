@@ -42,7 +42,7 @@ FORMATS: dict[str, Format] = {
     modernbert.MODEL_TYPE: Format(modernbert.load, modernbert.export),
     **dict.fromkeys(vit.FAMILIES, Format(vit.load, vit.export)),  # vit, deit
     **dict.fromkeys(dinov2.NAMES, Format(dinov2.load, dinov2.export)),  # with registers too
-    "clip": Format(clip.load),
+    clip.MODEL_TYPE: Format(clip.load, clip.export),
     siglip.MODEL_TYPE: Format(siglip.load, siglip.export),
     dual_encoder.MODEL_TYPE: Format(dual_encoder.load, dual_encoder.export),
 }
@@ -86,8 +86,8 @@ def from_pretrained(path: str | Path) -> Model:
 
 def save_pretrained(model: Model, path: str | Path) -> None:
     """Writes a BERT-family (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, DistilBERT,
-    DeBERTa-v2/v3, ModernBERT), ViT, DeiT, DINOv2, SigLIP (`SiglipModel`, or its image
-    classifier) or ViT-BERT dual encoder model as an HF directory (`config.json` +
+    DeBERTa-v2/v3, ModernBERT), ViT, DeiT, DINOv2, CLIP or SigLIP (`CLIPModel` / `SiglipModel`,
+    or its image classifier) or ViT-BERT dual encoder model as an HF directory (`config.json` +
     `model.safetensors`) under its own `model_type`."""
     config = model.config
     single = not isinstance(config, HydraConfig)  # a fused Hydra has no HF format

@@ -15,6 +15,7 @@ import orbax.checkpoint as ocp
 from hydra_jax.models import (
     BatchEnsembleConfig,
     BertConfig,
+    CLIPClassifierConfig,
     CLIPConfig,
     CLIPTextConfig,
     CLIPVisionConfig,
@@ -42,7 +43,7 @@ _CONFIGS = {
               CLIPConfig, CLIPVisionTowerConfig, DualEncoderConfig, HydraConfig,
               BatchEnsembleConfig, LoraEnsembleConfig, PackedEnsembleConfig, ModernBertConfig,
               RelativeAttention, SiglipConfig, SiglipTextConfig, SiglipVisionConfig,
-              SiglipVisionTowerConfig, SiglipClassifierConfig)
+              SiglipVisionTowerConfig, SiglipClassifierConfig, CLIPClassifierConfig)
 }  # fmt: skip
 CONFIG_FILE = "model_config.json"
 

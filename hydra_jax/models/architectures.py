@@ -21,13 +21,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from hydra_jax.models.bert import Bert
-from hydra_jax.models.clip import CLIP, LOGIT_SCALE_INIT, CLIPVision
+from hydra_jax.models.clip import CLIP, LOGIT_SCALE_INIT, CLIPClassifier, CLIPVision
 from hydra_jax.models.config import (
     ENSEMBLE_CONFIGS,
     SIGLIP_LOGIT_BIAS_INIT,
     SIGLIP_LOGIT_SCALE_INIT,
     ArchConfig,
     BertConfig,
+    CLIPClassifierConfig,
     CLIPConfig,
     CLIPVisionTowerConfig,
     DualEncoderConfig,
@@ -122,7 +123,9 @@ def _check_vit(c: ViTConfig, inputs: Mapping[str, Any]) -> None:
     check_pixels(inputs.get("pixel_values"), c.image_size, c.num_channels, any_size)
 
 
-def _check_clip_tower(c: CLIPVisionTowerConfig, inputs: Mapping[str, Any]) -> None:
+def _check_clip_tower(
+    c: CLIPVisionTowerConfig | CLIPClassifierConfig, inputs: Mapping[str, Any]
+) -> None:
     check_pixels(inputs.get("pixel_values"), c.vision.image_size, c.vision.num_channels)
 
 
@@ -211,6 +214,13 @@ def _clip_vision_tower(c: CLIPConfig, params: Params) -> tuple[CLIPVisionTowerCo
     return CLIPVisionTowerConfig(c.vision, c.projection_dim), params["vision"]
 
 
+def _clip_image_classifier(c: CLIPConfig, params: Params) -> tuple[Any, Params]:
+    """`CLIPForImageClassification`'s network: the vision tower without its final LayerNorm and
+    projection."""
+    vision = {k: v for k, v in params["vision"].items() if k not in ("post_norm", "projection")}
+    return CLIPClassifierConfig(c.vision), vision
+
+
 def _siglip_vision_tower(c: SiglipConfig, params: Params) -> tuple[Any, Params]:
     return SiglipVisionTowerConfig(c.vision), params["vision"]
 
@@ -290,6 +300,16 @@ ARCHITECTURES: dict[type, Architecture] = {
         shared_tables=("patch", "class_embedding", "position_embedding"),
         head=lambda c, num_labels, key: _zero_shot_head(c.projection_dim, num_labels, key),
     ),
+    CLIPClassifierConfig: Architecture(
+        module=lambda c: CLIPClassifier(c.vision, 0, c.num_labels),
+        inputs=("pixel_values",),
+        check=_check_clip_tower,
+        dummy=lambda c: {"pixel_values": _image(c.vision.image_size, c.vision.num_channels)},
+        towers={"": Tower(("vision",), (), "head_mask")},
+        hf_model_type=lambda c: "clip",
+        shared_tables=("patch", "class_embedding", "position_embedding"),
+        head=lambda c, num_labels, key: {"classifier": _dense(key, c.encoder.width, num_labels)},
+    ),
     CLIPConfig: Architecture(
         module=CLIP,
         inputs=("input_ids", "attention_mask", "pixel_values"),
@@ -298,6 +318,7 @@ ARCHITECTURES: dict[type, Architecture] = {
         towers=_two_towers("text", "vision"),
         hf_model_type=lambda c: "clip",
         vision_tower=_clip_vision_tower,
+        image_classifier=_clip_image_classifier,
     ),
     SiglipVisionTowerConfig: Architecture(
         module=lambda c: SiglipVision(c.vision, c.num_labels),

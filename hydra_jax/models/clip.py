@@ -105,6 +105,19 @@ class CLIPVision(StagedEncoder):
     num_labels: int = 0
 
     def setup(self) -> None:
+        e = self.config.encoder
+        self.setup_layers()
+        self.post_norm = LayerNorm(e.layer_norm_eps)
+        self.projection = nn.Dense(self.projection_dim, use_bias=False)
+        if self.num_labels:
+            E = self.projection_dim
+            init = nn.initializers.normal(0.02)
+            self.class_embeds = self.param("class_embeds", init, (self.num_labels, E))
+            scale = nn.initializers.constant(LOGIT_SCALE_INIT)
+            self.logit_scale = self.param("logit_scale", scale, ())
+
+    def setup_layers(self) -> None:
+        """Patches, CLS, positions, the first LayerNorm and the layers (every CLIP vision model)."""
         c, e, dtype = self.config, self.config.encoder, compute_dtype(self.config.encoder)
         T = (c.image_size // c.patch_size) ** 2
         self.patch = patch_conv(e.width, c.patch_size, use_bias=False, dtype=dtype)
@@ -114,14 +127,6 @@ class CLIPVision(StagedEncoder):
         self.position_embedding = nn.Embed(T + 1, e.width, dtype=dtype)
         self.pre_norm = LayerNorm(e.layer_norm_eps)
         self.encoder = Encoder(e)
-        self.post_norm = LayerNorm(e.layer_norm_eps)
-        self.projection = nn.Dense(self.projection_dim, use_bias=False)
-        if self.num_labels:
-            E = self.projection_dim
-            init = nn.initializers.normal(0.02)
-            self.class_embeds = self.param("class_embeds", init, (self.num_labels, E))
-            scale = nn.initializers.constant(LOGIT_SCALE_INIT)
-            self.logit_scale = self.param("logit_scale", scale, ())
 
     def embed(self, pixel_values: jax.Array, deterministic: bool = True) -> Stem:
         del deterministic  # no dropout in the CLIP vision embedding
@@ -149,6 +154,26 @@ class CLIPVision(StagedEncoder):
         deterministic: bool = True,
     ) -> ModelOutput:
         return self.run(self.embed(pixel_values), head_mask, output_attentions, deterministic)
+
+
+class CLIPClassifier(CLIPVision):
+    """HF `CLIPForImageClassification`: the mean of the encoder's outputs at the patch tokens
+    (no final LayerNorm, no projection), then a dense classifier."""
+
+    projection_dim: int = 0
+
+    def setup(self) -> None:
+        self.setup_layers()
+        if self.num_labels:
+            self.classifier = nn.Dense(self.num_labels)  # float32, on the float32 mean
+
+    def head(
+        self, x: jax.Array, deterministic: bool = True, key_mask: jax.Array | None = None
+    ) -> ModelOutput:
+        del deterministic, key_mask  # no dropout after the encoder; no padding
+        pooled = wide(x[:, 1:]).mean(axis=1)  # [B, D]: the patch tokens, CLS left out
+        logits = self.classifier(pooled) if self.num_labels else None
+        return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits)
 
 
 class CLIP(nn.Module):

@@ -330,6 +330,21 @@ class CLIPVisionTowerConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class CLIPClassifierConfig:
+    """HF `CLIPForImageClassification`: CLIP's vision tower; the encoder's outputs at the patch
+    tokens averaged (the CLS token's final LayerNorm and the projection unused), then a dense
+    layer gives `num_labels` logits. `with_classifier` makes one from a CLIP model, as
+    `transformers` does from a CLIP checkpoint."""
+
+    vision: CLIPVisionConfig
+    num_labels: int = 0
+
+    @property
+    def encoder(self) -> EncoderConfig:
+        return self.vision.encoder
+
+
+@dataclasses.dataclass(frozen=True)
 class DualEncoderConfig:
     """HF `VisionTextDualEncoderModel`: a ViT and a BERT, each pooled and projected to E.
 
@@ -417,6 +432,7 @@ MemberConfig = (
     | ModernBertConfig
     | ViTConfig
     | CLIPVisionTowerConfig
+    | CLIPClassifierConfig
     | SiglipVisionTowerConfig
     | SiglipClassifierConfig
 )
@@ -516,6 +532,7 @@ ArchConfig = (
     | ViTConfig
     | CLIPConfig
     | CLIPVisionTowerConfig
+    | CLIPClassifierConfig
     | DualEncoderConfig
     | SiglipConfig
     | SiglipVisionTowerConfig

@@ -206,8 +206,9 @@ def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
     `distillation_classifier` too, DINOv2 one on `[CLS, mean patch]`. Vision towers (CLIP's, or
     a dual encoder's ViT with `projection_dim`): a zero-shot head of random class embeddings
     `[C, E]` (normal(0.02)) and CLIP's initial logit scale; `zero_shot` puts prompt embeddings
-    there. A SigLIP model becomes HF's `SiglipForImageClassification`: its vision tower without
-    the pooling head, a dense layer on the mean token.
+    there. A CLIP or SigLIP model becomes HF's `CLIPForImageClassification` (its vision tower, a
+    dense layer on the mean patch token) or `SiglipForImageClassification` (the vision tower
+    without its pooling head, a dense layer on the mean token).
     """
     checks.count("num_labels", num_labels)
     config, params = model.config, model.params
@@ -217,8 +218,8 @@ def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
     new_head = architecture(config).head
     if new_head is None or isinstance(config, ENSEMBLE_CONFIGS):
         raise TypeError(
-            f"with_classifier takes BERT-family, ViT-family, SigLIP or vision-tower models, not "
-            f"{type(config).__name__}"
+            f"with_classifier takes BERT-family, ViT-family, CLIP, SigLIP or vision-tower models, "
+            f"not {type(config).__name__}"
         )
     head = new_head(config, num_labels, rng)
     params = {k: v for k, v in params.items() if k not in CLASSIFIER_PARAMS}

@@ -25,6 +25,11 @@ the checkpoint's `id2label`, else sorted). Images are preprocessed by the checkp
 `data_dir`/tfds (default `$HYDRA_JAX_DATA` or `~/.cache/hydra_jax`), prepared beforehand: nothing
 is ever downloaded.
 
+Zero-shot (`--config.zero_shot.enabled=True`, a CLIP, SigLIP or ViT-BERT dual encoder as
+`config.model`, image data with named classes): `single` classifies by prompts
+(`zero_shot.templates` filled with the class names), nothing trains, and `hydra_S` / `pruned_S`
+are that classifier's pruned members fused as they are (the Hydra paper's zero-shot setting).
+
 `smoke` variant: every budget cut to about a minute on a small model (one short epoch, 16
 calibration examples; 3 members, as in the full variant).
 """
@@ -91,6 +96,10 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.calibration_size = 256  # head scores: member m's random training subset
     c.hies_alphas = (0.25, 0.5, 0.75)  # one per member
     c.circuit = ml_collections.ConfigDict(dict(examples=256, objectives=("nll", "auroc", "avg")))
+    # Zero-shot, on a dual encoder (CLIP, SigLIP, ViT-BERT) and images: classes named by the
+    # templates filled with the class names (string labels, class folders); nothing trains and
+    # the Hydra members are fused as pruned. Methods: single, pruned_S, hydra_S.
+    c.zero_shot = ml_collections.ConfigDict(dict(enabled=False, templates=("a photo of a {}.",)))
     c.eval = ml_collections.ConfigDict(
         dict(batch_size=64, num_bins=15, latency_batch=32, latency_tokens=64, latency_repeats=10)
     )

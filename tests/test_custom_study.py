@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import tokenizers
 from PIL import Image
 
 import hydra_jax as hj
@@ -195,7 +196,63 @@ def dual_encoder_dir(family: str, path: Path) -> Path:
         processor = transformers.SiglipImageProcessor(size={"height": 8, "width": 8})
     hj.save_pretrained(testing.tiny(model, seed=3), path)
     processor.save_pretrained(path)
+    word_level_tokenizer(path)
     return path
+
+
+WORDS = ("a", "photo", "of", ".", "blurry", "bright", "dark")  # ids 2.., 0 pads, 29 ends
+
+
+def word_level_tokenizer(path: Path) -> None:
+    """A tokenizer of `WORDS` that ends every text with id 29 (the tiny CLIP's EOS)."""
+    vocab = {"<pad>": 0, "<unk>": 1, **{w: i + 2 for i, w in enumerate(WORDS)}, "</s>": 29}
+    tokenizer = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tokenizer.post_processor = tokenizers.processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", 29)]
+    )
+    tokenizer.save(str(path / "tokenizer.json"))
+
+
+def by_hand(texts: list[str], length: int) -> dict[str, np.ndarray]:
+    """`texts` as `WORDS` ids and EOS, padded with 0 to `length`."""
+    rows = [[WORDS.index(w) + 2 for w in re.findall(r"\w+|[^\w\s]", t)] + [29] for t in texts]
+    ids = np.array([r + [0] * (length - len(r)) for r in rows], np.int32)
+    return {"input_ids": ids, "attention_mask": (ids > 0).astype(np.int32)}
+
+
+@pytest.mark.parametrize("family", ["clip", "siglip"])
+def test_a_zero_shot_hydra_on_a_dual_encoder(tmp_path, vit_dir, family):
+    """`zero_shot.enabled`: prompts name the class folders, nothing trains, the Hydra's members
+    are the zero-shot classifier pruned and fused as they are. SigLIP pads its prompts to its 8
+    positions (its text tower reads the last one), CLIP to the longest."""
+    path = dual_encoder_dir(family, tmp_path / family)
+    folders = {s: image_folder(tmp_path / s, np.random.default_rng(3), 8) for s in ("a", "b")}
+    study = smoke_config()
+    templates = ("a {}.", "a photo of a {}.")
+    study.update(model=str(path), methods="single,deep_ensemble")
+    study.data.update(train=f"folder:{folders['a']}", test=f"folder:{folders['b']}")
+    study.zero_shot.update(enabled=True, templates=templates)
+    run = tmp_path / "run"
+    with pytest.raises(ValueError, match=r"trains nothing, so \['deep_ensemble'\] cannot run"):
+        custom.train(study, run)
+    study.update(model=str(vit_dir), methods="single,pruned_taylor,hydra_taylor")
+    with pytest.raises(DataError, match=r"needs a dual encoder \(CLIP, SigLIP, ViT-BERT\)"):
+        custom.train(study, run)
+    assert not run.exists()
+    study.model = str(path)
+    custom.train(study, run)
+    results = custom.evaluate(study, run)
+    assert set(results["methods"]) == {"single", "pruned_taylor", "hydra_taylor"}
+    saved = hj.load_model(run / "zero_shot")
+    length = 8 if family == "siglip" else 7  # the longest prompt: 6 words, ".", EOS
+    expected = hj.models.prompt_embeddings(hj.from_pretrained(path), ("bright", "dark"),
+                                           templates, lambda t: by_hand(t, length))  # fmt: skip
+    np.testing.assert_allclose(saved.params["class_embeds"], expected, rtol=0, atol=1e-6)
+    sets = np.array(json.loads((run / "head_sets.json").read_text())["taylor"], bool)
+    untrained = hj.hydra.fuse(hj.hydra.members_from(saved, sets))
+    jax.tree.map(np.testing.assert_array_equal, hj.load_model(run / "fused" / "taylor").params,
+                 untrained.params)  # fmt: skip
 
 
 @pytest.mark.parametrize("family", ["deit", "dinov2", "clip", "siglip"])

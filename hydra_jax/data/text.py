@@ -74,9 +74,20 @@ class TextEncoder:
         return ([np.array(e.ids, np.int32) for e in encodings],
                 [np.array(e.type_ids, np.int32) for e in encodings])  # fmt: skip
 
-    def pad(self, texts: list[str]) -> dict[str, np.ndarray]:
-        """`texts` as one padded batch (`pad_batch`): a tokenizer for `hj.zero_shot`."""
-        return pad_batch(self(texts), self.pad_id)
+    def pad(self, texts: list[str], length: int = 0) -> dict[str, np.ndarray]:
+        """`texts` as one padded batch (`pad_batch`): a tokenizer for `hj.zero_shot`. With
+        `length`, every row is exactly `length` tokens (a text tower that reads a fixed
+        position, as SigLIP's does, gets the padding it was trained with)."""
+        if not length:
+            return pad_batch(self(texts), self.pad_id)
+        tokens = self(texts)
+        if any(t.size > length for t in tokens):
+            raise ValueError(f"a text has more than the {length} tokens it is padded to")
+        ids = np.full((len(tokens), length), self.pad_id, np.int32)
+        mask = np.zeros_like(ids)
+        for i, t in enumerate(tokens):
+            ids[i, : t.size], mask[i, : t.size] = t, 1
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
 
 
 def pad_batch(

@@ -26,6 +26,11 @@ def hf_dir(workdir: Path, member: int) -> Path:
     return Path(workdir) / "hf" / f"member_{member}"
 
 
+def zero_shot_dir(workdir: Path) -> Path:
+    """Where a zero-shot study saves its classifier (our format: it has no HF class)."""
+    return Path(workdir) / "zero_shot"
+
+
 def base_model(config: ml_collections.ConfigDict) -> Model:
     return from_pretrained(checkpoint_dir(config))
 

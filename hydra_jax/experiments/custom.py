@@ -12,6 +12,11 @@ members built from `config.model` (with member 0's initial classifier) and fine-
 `data.test` and every OOD set. A checkpoint without a classifier gets one sized from the labels;
 one with a classifier keeps it, and the labels must fit it.
 
+With `zero_shot.enabled`, `config.model` is a dual encoder (CLIP, SigLIP, ViT-BERT) and nothing
+trains: `single` is its vision tower classifying by prompt-ensemble class embeddings (the
+`zero_shot.templates` filled with the class names; `zero_shot/`), and each Hydra's members are
+that classifier pruned to their head sets, fused as they are.
+
 Data sources are `KIND:LOCATION` specs (`hydra_jax.data.files`); `data.ood` and
 `data.ood_validation` are `NAME=SPEC` lists, comma-separated. Every split is read and checked
 before anything trains.
@@ -32,10 +37,12 @@ from hydra_jax.convert import from_pretrained
 from hydra_jax.convert.native import save_model
 from hydra_jax.data import Dataset, TextEncoder, concat_all, files
 from hydra_jax.data.files import ClassNames, Columns, DataError
+from hydra_jax.ensembles import STRATEGIES
 from hydra_jax.experiments import artefacts, members, methods, study_data
 from hydra_jax.experiments.evaluators import evaluate_methods
 from hydra_jax.experiments.workdir import Workdir
-from hydra_jax.models import Model, with_classifier
+from hydra_jax.models import Model, with_classifier, zero_shot
+from hydra_jax.models.architectures import architecture
 from hydra_jax.models.sharding import barrier
 from hydra_jax.training import TrainSettings
 
@@ -46,6 +53,18 @@ def method_names(config: ml_collections.ConfigDict) -> list[str]:
         return methods.check_names([n.strip() for n in str(config.methods).split(",") if n.strip()])
     except ValueError as error:
         raise ValueError(f"config.{error}") from None
+
+
+# What a zero-shot study can run: it trains nothing.
+ZERO_SHOT_METHODS = ("single", *(f"{kind}_{s}" for kind in ("pruned", "hydra") for s in STRATEGIES))
+
+
+def check_zero_shot(config: ml_collections.ConfigDict) -> None:
+    """Refuses methods that need training in a zero-shot study."""
+    needs_training = [n for n in method_names(config) if n not in ZERO_SHOT_METHODS]
+    if config.zero_shot.enabled and needs_training:
+        raise ValueError(f"zero_shot.enabled trains nothing, so {needs_training} cannot run; "
+                         "zero-shot methods: single, pruned_S, hydra_S")  # fmt: skip
 
 
 def strategies(config: ml_collections.ConfigDict) -> list[str]:
@@ -148,6 +167,35 @@ def initial_model(config: ml_collections.ConfigDict, classes: ClassNames, seed: 
     return model if own else with_classifier(model, C, jax.random.key(seed))
 
 
+def zero_shot_classifier(config: ml_collections.ConfigDict, user: UserData) -> Model:
+    """`config.model`, a dual encoder, as a zero-shot classifier of the study's classes: class
+    embeddings from `zero_shot.templates` filled with the class names, tokenised by the
+    checkpoint's tokenizer and padded as its text tower was trained.
+
+    Raises:
+      DataError: not a dual encoder, text data, or classes without names (integer labels).
+    """
+    model = from_pretrained(Path(config.model))
+    table = architecture(model.config)
+    if table.vision_tower is None:
+        raise DataError(f"zero_shot.enabled needs a dual encoder (CLIP, SigLIP, ViT-BERT); "
+                        f"{config.model} holds a {type(model.config).__name__}")  # fmt: skip
+    if user.encoder is not None:
+        raise DataError(f"zero-shot classifies images; {config.data.train} holds text")
+    names = user.classes.names
+    if all(name.isdigit() for name in names):
+        raise DataError(f"zero-shot prompts need class names, but {config.data.train} "
+                        f"labels its classes {list(names)}: use string labels or class "
+                        "folders")  # fmt: skip
+    encoder = TextEncoder(Path(config.model), config.data.max_tokens)
+    fixed = table.prompt_length(model.config) if table.prompt_length else 0
+
+    def tokenize(texts: list[str]) -> dict[str, np.ndarray]:  # else to the longest prompt
+        return encoder.pad(texts, fixed or max(t.size for t in encoder(texts)))
+
+    return zero_shot(model, names, tuple(config.zero_shot.templates), tokenize)
+
+
 def saved_path(workdir: Path, method: str) -> Path:
     """Where `train` saves method `hydra_S` (the fused network) or `pruned_S` (member 0)."""
     kind, strategy = method.split("_", 1)
@@ -160,8 +208,10 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
     settings = TrainSettings(**config.train.to_dict())  # refused before the workdir is touched
     member_settings = TrainSettings(**{**config.train.to_dict(), **config.member_train.to_dict()})
     names = method_names(config)
+    check_zero_shot(config)
     with workdir.stage("load data"):
         user = load(config)
+    single = zero_shot_classifier(config, user) if config.zero_shot.enabled else None
     workdir.claim(config)
     train_set = user.study.train
 
@@ -174,10 +224,13 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
     for kind in (n for n in names if n in members.EFFICIENT):  # settings refused before training
         members.efficient_settings(config, kind)
     count = config.ensemble_size if "deep_ensemble" in names else 1
-    single = members.fit_classifiers(
-        workdir, train_set, settings, members.member_seeds(config, count), initial,
-        lambda model, path: artefacts.publish(model, path, files_from=Path(config.model)),
-    )[0]  # fmt: skip
+    if single is not None:  # zero-shot: nothing to train
+        save_model(single, artefacts.zero_shot_dir(workdir.path))
+    else:
+        single = members.fit_classifiers(
+            workdir, train_set, settings, members.member_seeds(config, count), initial,
+            lambda model, path: artefacts.publish(model, path, files_from=Path(config.model)),
+        )[0]  # fmt: skip
     record: dict[str, Any] = {}
     steps: dict[Any, Any] = {}
     seeds = members.member_seeds(config, config.num_members)
@@ -186,15 +239,16 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
         with workdir.stage(f"{strategy}: head sets"):
             sets = members.head_sets(config, strategy, single, train_set, seeds, validation)
         record[strategy] = sets.astype(int).tolist()
-        with workdir.stage(f"{strategy}: fine-tune members"):
-            hydra_members = members.fine_tuned_members(
-                single, sets, train_set, member_settings, seeds,
-                workdir / "hydra_members" / strategy, steps,
-            )  # fmt: skip
+        zero = config.zero_shot.enabled  # its members are pruned as they are: nothing trains
+        with workdir.stage(f"{strategy}: {'prune' if zero else 'fine-tune'} members"):
+            directory = workdir / "hydra_members" / strategy
+            hydra_members = ensembles.members_from(single, sets) if zero else (
+                members.fine_tuned_members(single, sets, train_set, member_settings, seeds,
+                                           directory, steps))  # fmt: skip
             save_model(ensembles.fuse(hydra_members), saved_path(workdir.path, f"hydra_{strategy}"))
             save_model(hydra_members[0], saved_path(workdir.path, f"pruned_{strategy}"))
     own_head = getattr(from_pretrained(Path(config.model)).config, "num_labels", 0) > 0
-    for kind in (n for n in names if n in members.EFFICIENT):
+    for kind in (n for n in names if n in members.EFFICIENT):  # none in a zero-shot study
         seed = members.training_seed(config, 0)
         fresh = 0 if own_head else len(user.classes.names)  # LoRA: a new head per member
         ensemble = members.efficient_ensemble(config, kind, initial(seed), seed, fresh)

@@ -17,10 +17,10 @@ from pathlib import Path
 import ml_collections
 
 from hydra_jax.convert import from_pretrained
-from hydra_jax.convert.native import CONFIG_FILE
+from hydra_jax.convert.native import CONFIG_FILE, load_model
 from hydra_jax.ensembles import STRATEGIES, baselines
 from hydra_jax.evaluation import Method
-from hydra_jax.experiments.artefacts import hf_dir, saved_method
+from hydra_jax.experiments.artefacts import hf_dir, saved_method, zero_shot_dir
 from hydra_jax.experiments.workdir import Workdir, WorkdirError
 from hydra_jax.models import Model, with_dtype
 
@@ -38,7 +38,11 @@ class Trained:
     _loaded: dict[int, Model] = dataclasses.field(default_factory=dict, repr=False)
 
     def member(self, index: int) -> Model:
-        """Published member `index` (read once), computing in `dtype`."""
+        """Published member `index` (read once), computing in `dtype`; member 0 of a zero-shot
+        study is its saved zero-shot classifier."""
+        zero_shot = zero_shot_dir(self.members.path)
+        if index == 0 and (zero_shot / CONFIG_FILE).is_file() and index not in self._loaded:
+            self._loaded[index] = with_dtype(load_model(zero_shot), self.dtype)
         if index not in self._loaded:
             path = hf_dir(self.members.path, index)
             if not (path / "config.json").is_file():

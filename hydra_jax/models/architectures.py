@@ -85,6 +85,9 @@ class Architecture:
       image_classifier: `(config, weights) -> (config, weights)` of the vision tower as its
         family's HF image classifier, without a classifier yet (`with_classifier` adds one), or
         None.
+      prompt_length: config -> the fixed length a dual encoder's text is padded to (SigLIP's
+        text tower reads its last position, and `transformers`' zero-shot pipeline pads to
+        its positions), or None: padded to the longest text.
       hf_model_type: config -> the HF `model_type` it loads from and exports to.
     """
 
@@ -98,6 +101,7 @@ class Architecture:
     head: Head | None = None
     vision_tower: Callable[[Any, Params], tuple[Any, Params]] | None = None
     image_classifier: Callable[[Any, Params], tuple[Any, Params]] | None = None
+    prompt_length: Callable[[Any], int] | None = None
 
 
 def _ids() -> jax.Array:
@@ -349,6 +353,7 @@ ARCHITECTURES: dict[type, Architecture] = {
         hf_model_type=lambda c: "siglip",
         vision_tower=_siglip_vision_tower,
         image_classifier=_siglip_image_classifier,
+        prompt_length=lambda c: c.text.max_positions,
     ),
     DualEncoderConfig: Architecture(
         module=DualEncoder,

@@ -17,6 +17,7 @@ from hydra_jax.testing import assert_close
 torch = pytest.importorskip("torch", reason="torch is not installed: PyTorch parity skipped")
 transformers = pytest.importorskip("transformers")
 
+from equivalences import assert_compact_equals_masked, assert_fused_equals_members  # noqa: E402
 from hf_reference import head_importance, masked_heads, to_numpy  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -118,11 +119,6 @@ def test_a_clip_model_becomes_an_image_classifier_as_in_transformers(clip, tmp_p
 def test_compact_and_fusion_on_the_image_classifier(classifier):
     _, ours = classifier
     inputs = {"pixel_values": pixels()}
-    keep = np.array([[True, False, True], [False, True, True]])
-    assert_close(hj.heads.compact(ours, keep)(**inputs).logits,
-                 ours(**inputs, head_mask=keep * 1.0).logits)  # fmt: skip
+    assert_compact_equals_masked(ours, inputs, np.array([[True, False, True], [False, True, True]]))
     sets = hydra.stratified_head_sets(np.random.default_rng(1).random((L, N)), 3)
-    members = hydra.members_from(ours, sets)
-    logits = np.asarray(hydra.fuse(members)(**inputs).logits)  # [B, M, C]
-    for m, member in enumerate(members):
-        assert_close(logits[:, m], member(**inputs).logits, err_msg=f"member {m}")
+    assert_fused_equals_members(ours, inputs, sets)

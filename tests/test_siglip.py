@@ -16,6 +16,7 @@ from hydra_jax.testing import assert_close
 torch = pytest.importorskip("torch", reason="torch is not installed: PyTorch parity skipped")
 transformers = pytest.importorskip("transformers")
 
+from equivalences import assert_compact_equals_masked, assert_fused_equals_members  # noqa: E402
 from hf_reference import head_importance, masked_heads, to_numpy  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -33,6 +34,8 @@ TEXT = dict(
     bos_token_id=1,
     eos_token_id=2,
 )
+KEEP = np.array([[True, False, True, True], [False, True, False, True]])  # of the vision tower
+SETS = hydra.stratified_head_sets(np.random.default_rng(1).random((2, 4)), 2)
 VISION = dict(hidden_size=12, intermediate_size=22, num_hidden_layers=2, num_attention_heads=4,
               image_size=12, patch_size=4, num_channels=3)  # fmt: skip
 
@@ -127,14 +130,9 @@ def test_his_equals_a_pytorch_per_example_reference(pair):
 def test_compact_fusion_bf16_and_our_format_on_the_zero_shot_tower(pair, tmp_path):
     _, ours, pixels = pair
     classifier = hj.zero_shot(ours, CLASSES, TEMPLATES, tokenize)
-    keep = np.array([[True, False, True, True], [False, True, False, True]])
-    assert_close(hj.heads.compact(classifier, keep)(pixel_values=pixels).logits,
-                 classifier(pixel_values=pixels, head_mask=keep * 1.0).logits)  # fmt: skip
-    sets = hydra.stratified_head_sets(np.random.default_rng(1).random((2, 4)), 2)
-    members = hydra.members_from(classifier, sets)
-    logits = np.asarray(hydra.fuse(members)(pixel_values=pixels).logits)  # [B, M, C]
-    for m, member in enumerate(members):
-        assert_close(logits[:, m], member(pixel_values=pixels).logits, err_msg=f"member {m}")
+    inputs = {"pixel_values": pixels}
+    assert_compact_equals_masked(classifier, inputs, KEEP)
+    assert_fused_equals_members(classifier, inputs, SETS)
     low = hj.with_dtype(classifier, "bfloat16")(pixel_values=pixels).logits
     full = classifier(pixel_values=pixels).logits
     assert 0 < np.abs(np.asarray(low) - full).max() <= 0.05 * np.abs(full).max()
@@ -219,11 +217,5 @@ def test_a_siglip_model_becomes_an_image_classifier_as_in_transformers(pair, tmp
 def test_compact_and_fusion_on_the_image_classifier(pair, image_classifier):
     *_, pixels = pair
     _, ours = image_classifier
-    keep = np.array([[True, False, True, True], [False, True, False, True]])
-    assert_close(hj.heads.compact(ours, keep)(pixel_values=pixels).logits,
-                 ours(pixel_values=pixels, head_mask=keep * 1.0).logits)  # fmt: skip
-    sets = hydra.stratified_head_sets(np.random.default_rng(1).random((2, 4)), 2)
-    members = hydra.members_from(ours, sets)
-    logits = np.asarray(hydra.fuse(members)(pixel_values=pixels).logits)  # [B, M, C]
-    for m, member in enumerate(members):
-        assert_close(logits[:, m], member(pixel_values=pixels).logits, err_msg=f"member {m}")
+    assert_compact_equals_masked(ours, {"pixel_values": pixels}, KEEP)
+    assert_fused_equals_members(ours, {"pixel_values": pixels}, SETS)

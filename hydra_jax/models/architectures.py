@@ -127,20 +127,8 @@ def _check_vit(c: ViTConfig, inputs: Mapping[str, Any]) -> None:
     check_pixels(inputs.get("pixel_values"), c.image_size, c.num_channels, any_size)
 
 
-def _check_clip_tower(
-    c: CLIPVisionTowerConfig | CLIPClassifierConfig, inputs: Mapping[str, Any]
-) -> None:
-    check_pixels(inputs.get("pixel_values"), c.vision.image_size, c.vision.num_channels)
-
-
 def _check_clip(c: CLIPConfig, inputs: Mapping[str, Any]) -> None:
     check_text(inputs, c.text.vocab_size, c.text.max_positions, None)
-    check_pixels(inputs.get("pixel_values"), c.vision.image_size, c.vision.num_channels)
-
-
-def _check_siglip_tower(
-    c: SiglipVisionTowerConfig | SiglipClassifierConfig, inputs: Mapping[str, Any]
-) -> None:
     check_pixels(inputs.get("pixel_values"), c.vision.image_size, c.vision.num_channels)
 
 
@@ -176,6 +164,11 @@ def _siglip_head(c: SiglipVisionTowerConfig, num_labels: int, key: jax.Array) ->
         "logit_scale": jnp.asarray(SIGLIP_LOGIT_SCALE_INIT, jnp.float32),
         "logit_bias": jnp.asarray(SIGLIP_LOGIT_BIAS_INIT, jnp.float32),
     }
+
+
+def _linear_head(c: Any, num_labels: int, key: jax.Array) -> dict[str, Any]:
+    """HF's image classifiers of a dual encoder's vision tower: one dense layer."""
+    return {"classifier": _dense(key, c.encoder.width, num_labels)}
 
 
 def _bert_head(c: BertConfig, num_labels: int, key: jax.Array) -> dict[str, Any]:
@@ -255,6 +248,28 @@ def _text_and_image(c: Any) -> dict[str, jax.Array]:
     return {"input_ids": _ids(), "pixel_values": _image(c.vision.image_size, c.vision.num_channels)}
 
 
+def _vision_model(
+    module: Callable[[Any], nn.Module],
+    head: Head,
+    hf_model_type: str | None,
+    tables: tuple[str, ...],
+) -> Architecture:
+    """A dual encoder's vision tower as a model of its own (pixels in; its layers under
+    `config.vision`, its weights at the top): a zero-shot tower or an HF image classifier."""
+    return Architecture(
+        module=module,
+        inputs=("pixel_values",),
+        check=lambda c, inputs: check_pixels(
+            inputs.get("pixel_values"), c.vision.image_size, c.vision.num_channels
+        ),
+        dummy=lambda c: {"pixel_values": _image(c.vision.image_size, c.vision.num_channels)},
+        towers={"": Tower(("vision",), (), "head_mask")},
+        hf_model_type=lambda c: hf_model_type,
+        shared_tables=tables,
+        head=head,
+    )
+
+
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 ARCHITECTURES: dict[type, Architecture] = {
@@ -294,25 +309,17 @@ ARCHITECTURES: dict[type, Architecture] = {
         ),
         head=_vit_head,
     ),
-    CLIPVisionTowerConfig: Architecture(
-        module=lambda c: CLIPVision(c.vision, c.projection_dim, c.num_labels),
-        inputs=("pixel_values",),
-        check=_check_clip_tower,
-        dummy=lambda c: {"pixel_values": _image(c.vision.image_size, c.vision.num_channels)},
-        towers={"": Tower(("vision",), (), "head_mask")},
-        hf_model_type=lambda c: None,
-        shared_tables=("patch", "class_embedding", "position_embedding"),
-        head=lambda c, num_labels, key: _zero_shot_head(c.projection_dim, num_labels, key),
+    CLIPVisionTowerConfig: _vision_model(
+        lambda c: CLIPVision(c.vision, c.projection_dim, c.num_labels),
+        lambda c, num_labels, key: _zero_shot_head(c.projection_dim, num_labels, key),
+        None,
+        ("patch", "class_embedding", "position_embedding"),
     ),
-    CLIPClassifierConfig: Architecture(
-        module=lambda c: CLIPClassifier(c.vision, 0, c.num_labels),
-        inputs=("pixel_values",),
-        check=_check_clip_tower,
-        dummy=lambda c: {"pixel_values": _image(c.vision.image_size, c.vision.num_channels)},
-        towers={"": Tower(("vision",), (), "head_mask")},
-        hf_model_type=lambda c: "clip",
-        shared_tables=("patch", "class_embedding", "position_embedding"),
-        head=lambda c, num_labels, key: {"classifier": _dense(key, c.encoder.width, num_labels)},
+    CLIPClassifierConfig: _vision_model(
+        lambda c: CLIPClassifier(c.vision, 0, c.num_labels),
+        _linear_head,
+        "clip",
+        ("patch", "class_embedding", "position_embedding"),
     ),
     CLIPConfig: Architecture(
         module=CLIP,
@@ -324,25 +331,17 @@ ARCHITECTURES: dict[type, Architecture] = {
         vision_tower=_clip_vision_tower,
         image_classifier=_clip_image_classifier,
     ),
-    SiglipVisionTowerConfig: Architecture(
-        module=lambda c: SiglipVision(c.vision, c.num_labels),
-        inputs=("pixel_values",),
-        check=_check_siglip_tower,
-        dummy=lambda c: {"pixel_values": _image(c.vision.image_size, c.vision.num_channels)},
-        towers={"": Tower(("vision",), (), "head_mask")},
-        hf_model_type=lambda c: None,
-        shared_tables=("patch", "position_embedding"),
-        head=_siglip_head,
+    SiglipVisionTowerConfig: _vision_model(
+        lambda c: SiglipVision(c.vision, c.num_labels),
+        _siglip_head,
+        None,
+        ("patch", "position_embedding"),
     ),
-    SiglipClassifierConfig: Architecture(
-        module=lambda c: SiglipClassifier(c.vision, c.num_labels),
-        inputs=("pixel_values",),
-        check=_check_siglip_tower,
-        dummy=lambda c: {"pixel_values": _image(c.vision.image_size, c.vision.num_channels)},
-        towers={"": Tower(("vision",), (), "head_mask")},
-        hf_model_type=lambda c: "siglip",
-        shared_tables=("patch", "position_embedding"),
-        head=lambda c, num_labels, key: {"classifier": _dense(key, c.encoder.width, num_labels)},
+    SiglipClassifierConfig: _vision_model(
+        lambda c: SiglipClassifier(c.vision, c.num_labels),
+        _linear_head,
+        "siglip",
+        ("patch", "position_embedding"),
     ),
     SiglipConfig: Architecture(
         module=Siglip,

@@ -4,14 +4,17 @@ MiniLM-L6 (batch 32 x 64 tokens), or a random model of a real checkpoint's shape
 128,100-token vocabulary; batch 32 x 64 tokens), `--family modernbert` ModernBERT-base (768
 wide, 22 layers of 12 heads, GeGLU 1152, local layers of 128 tokens between global ones; batch
 32 x 64), `--family dinov2` DINOv2-S (384 wide, 12 layers of 6 heads, patch 14, positions for
-518 px) on 224 px images (batch 8), its positions resized as a real DINOv2 checkpoint's are.
+518 px) on 224 px images (batch 8), its positions resized as a real DINOv2 checkpoint's are;
+`--family siglip` a SigLIP-B/16 image classifier (`SiglipForImageClassification`: the vision
+tower of google/siglip-base-patch16-224, 768 wide, 12 layers of 12 heads, 196 patches, and a
+10-way classifier on the mean token; batch 8 x 224 px, the logits compared).
 
 CPU, fp32. Each side runs in its own process, the sides taking turns
 (bench/processes.py: PyTorch's spinning OpenMP threads would slow an XLA program in the same
 process); prints medians, the ratio (target: ours <= 1.0x PyTorch), XLA's FLOP count, the
 achieved GFLOP/s and the largest difference between the two outputs.
 
-    .venv/bin/python -m bench.forward [--family minilm|deberta|modernbert|dinov2]
+    .venv/bin/python -m bench.forward [--family minilm|deberta|modernbert|dinov2|siglip]
         [--rounds 4] [--repeats 10]
 """
 
@@ -33,7 +36,7 @@ from hydra_jax.evaluation import xla_flops
 
 def batch_of(args: argparse.Namespace) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
-    if args.family == "dinov2":
+    if args.family in IMAGES:
         images = rng.normal(size=(args.batch, 3, args.image_size, args.image_size))
         return {"pixel_values": images.astype(np.float32)}
     ids = rng.integers(1000, 30000, (args.batch, args.tokens))
@@ -50,6 +53,19 @@ def dinov2_small(path: Path) -> None:
                                        num_attention_heads=6, mlp_ratio=4, patch_size=14,
                                        image_size=518)  # fmt: skip
     transformers.Dinov2Model(config).save_pretrained(path)
+
+
+def siglip_base(path: Path) -> None:
+    """A random SigLIP-B/16 image classifier (google/siglip-base-patch16-224's vision tower, a
+    10-way classifier) saved to `path`."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    vision = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                  intermediate_size=3072, patch_size=16, image_size=224)  # fmt: skip
+    config = transformers.SiglipConfig(vision_config=vision, num_labels=10)
+    transformers.SiglipForImageClassification(config).save_pretrained(path)
 
 
 def deberta_v3_small(path: Path) -> None:
@@ -82,17 +98,20 @@ def modernbert_base(path: Path) -> None:
     transformers.ModernBertModel(config).save_pretrained(path)
 
 
-RANDOM_MODELS = {"deberta": deberta_v3_small, "modernbert": modernbert_base, "dinov2": dinov2_small}
+RANDOM_MODELS = {"deberta": deberta_v3_small, "modernbert": modernbert_base,
+                 "dinov2": dinov2_small, "siglip": siglip_base}  # fmt: skip
+IMAGES = {"dinov2": "DINOv2-S", "siglip": "SigLIP-B/16 classifier"}
+OUTPUT = {"siglip": "logits"}  # what is timed and compared (else last_hidden_state)
 NAMES = {"minilm": "MiniLM-L6", "deberta": "DeBERTa-v3-small", "modernbert": "ModernBERT-base"}
 
 
 def worker(side: str, args: argparse.Namespace) -> dict[str, Any]:
     """One side's forward times; its output is saved to `args.out/SIDE.npy` for the check."""
     path = Path(args.checkpoint) if args.checkpoint else hj.minilm_l6_path()
-    batch = batch_of(args)
+    batch, output = batch_of(args), OUTPUT.get(args.family, "last_hidden_state")
     if side == "ours":
         model = hj.from_pretrained(path)
-        forward = jax.jit(lambda p, b: model.apply(p, **b).last_hidden_state)
+        forward = jax.jit(lambda p, b: getattr(model.apply(p, **b), output))
         compiled = forward.lower(model.params, batch).compile()
         np.save(Path(args.out) / "ours.npy", np.asarray(compiled(model.params, batch)))
         times = time_calls(lambda: jax.block_until_ready(compiled(model.params, batch)),
@@ -101,12 +120,14 @@ def worker(side: str, args: argparse.Namespace) -> dict[str, Any]:
     import torch
     import transformers
 
-    ref = transformers.AutoModel.from_pretrained(path).eval()  # its default attention kernel
+    classifier = output == "logits"
+    auto = transformers.AutoModelForImageClassification if classifier else transformers.AutoModel
+    ref = auto.from_pretrained(path).eval()  # its default attention kernel
     inputs = {k: torch.tensor(v) for k, v in batch.items()}
 
     def run() -> Any:
         with torch.inference_mode():
-            return ref(**inputs).last_hidden_state
+            return getattr(ref(**inputs), output)
 
     np.save(Path(args.out) / "torch.npy", run().numpy())
     return {"times": time_calls(run, args.repeats), "threads": torch.get_num_threads()}
@@ -117,14 +138,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--worker", default=None)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--family", choices=(*NAMES, "dinov2"), default="minilm")
+    parser.add_argument("--family", choices=(*NAMES, *IMAGES), default="minilm")
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--checkpoint", default="")
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
-    args.batch = args.batch or (8 if args.family == "dinov2" else 32)
+    args.batch = args.batch or (8 if args.family in IMAGES else 32)
     if args.worker:
         print_worker(worker(args.worker, args))
         return
@@ -137,14 +158,14 @@ def main(argv: list[str] | None = None) -> None:
         diff = np.abs(np.load(Path(out) / "ours.npy") - np.load(Path(out) / "torch.npy")).max()
     ours, theirs = median_of(results["ours"]), median_of(results["torch"])
     flops = results["ours"][0]["flops"]
-    if args.family == "dinov2":
-        shape = f"DINOv2-S forward, batch {args.batch} x {args.image_size} px"
+    if args.family in IMAGES:
+        shape = f"{IMAGES[args.family]} forward, batch {args.batch} x {args.image_size} px"
     else:
         shape = f"{NAMES[args.family]} forward, batch {args.batch} x {args.tokens} tokens"
     print(f"{shape}, CPU fp32; "
           f"{args.rounds} rounds of separate processes taken in turns, {args.repeats} calls each; "
           f"torch threads {results['torch'][0]['threads']}")  # fmt: skip
-    print(f"max |ours - torch| on last_hidden_state: {diff:.2e}")
+    print(f"max |ours - torch| on {OUTPUT.get(args.family, 'last_hidden_state')}: {diff:.2e}")
     print(f"{'program':<24}{'median ms':>12}")
     print(f"{'hydra_jax (jit)':<24}{ours * 1e3:>12.2f}")
     print(f"{'transformers (torch)':<24}{theirs * 1e3:>12.2f}")

@@ -44,7 +44,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if variant not in ("", "smoke"):
         raise ValueError(f"unknown config variant {variant!r}; use '' or 'smoke'")
     c = ml_collections.ConfigDict()
-    c.experiment = "custom"
+    c.experiment = "study"
     c.title = "Your model on your data"
     c.seed = int(seed or 0)  # the study seed: every training seed is offset by 1000 * seed
     c.model = ""  # a local HF directory: a pretrained encoder or a classifier
@@ -112,7 +112,6 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.mc_dropout_samples = 2
         c.member_train.epochs = 0.5
         c.calibration_size = 16
-        c.hies_alphas = (0.25, 0.75)
         c.circuit.update(examples=16, objectives=("nll", "avg"))
         c.eval.update(batch_size=16, latency_batch=4, latency_tokens=16, latency_repeats=1)
     return c

@@ -26,7 +26,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if variant not in ("", "demo", "smoke"):
         raise ValueError(f"unknown config variant {variant!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
-    c.experiment = "hydra"
+    c.experiment = "study"
     c.title = "Hydra Ensembles: ViT on Fashion-MNIST"
     c.base_workdir = "runs/vit_fmnist"
     c.num_members = 3
@@ -64,7 +64,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.title += " (smoke)"
         c.base_workdir = "runs/smoke_vit"
         c.calibration_size = 16
-        c.hies_alphas = (0.3, 0.7)
+        c.hies_alphas = (0.3, 0.5, 0.7)  # one per member, as in the full variant
         c.circuit.examples = 32
         c.member_train.epochs = 0.5
         c.eval.update(batch_size=32, latency_batch=8, latency_repeats=3)

@@ -33,7 +33,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if variant not in ("", "demo", "smoke"):
         raise ValueError(f"unknown config variant {variant!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
-    c.experiment = "baselines"
+    c.experiment = "study"
     c.title = "ViT from scratch on Fashion-MNIST"
     c.seed = int(seed or 0)
     c.data_dir = ""  # "" = $HYDRA_JAX_DATA or ~/.cache/hydra_jax
@@ -93,6 +93,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.train.update(epochs=2.0, batch_size=32, learning_rate=1e-3, checkpoint_every=8,
                        log_every=4)  # fmt: skip
         c.mc_dropout_samples = 3
+        c.packed_ensemble.alpha = 3.0  # member width 24 * 3 / 3: a multiple of 2 groups x 6 heads
         c.eval.update(batch_size=32, latency_batch=8, latency_repeats=3)
     if c.seed:
         c.title += f", study seed {c.seed}"

@@ -1,8 +1,8 @@
-"""Test accuracy and NLL of each published member of a trained baselines workdir.
+"""Test accuracy and NLL of each published member of a trained study's workdir.
 
     python scripts/member_accuracy.py runs/vit_fmnist [--members 0,1,2] [--batch 256]
 
-Loads `WORKDIR/hf/member_M` the way every study does (`baselines.trained`), predicts the full
+Loads `WORKDIR/hf/member_M` the way every study does (`engine.published`), predicts the full
 test split of the workdir's config and prints one line per member. The per-seed ViT
 accuracies come from this script.
 """
@@ -17,7 +17,7 @@ import numpy as np
 from hydra_jax import metrics
 from hydra_jax.ensembles import baselines as methods
 from hydra_jax.evaluation import Method, predict, softmax
-from hydra_jax.experiments import baselines
+from hydra_jax.experiments import engine
 
 
 def member_indices(text: str) -> list[int]:
@@ -39,7 +39,8 @@ def main() -> None:
                         help="comma-separated member indices")  # fmt: skip
     parser.add_argument("--batch", type=int, default=256)
     args = parser.parse_args()
-    models, study, _ = baselines.trained(args.workdir, args.members)
+    models, data, _ = engine.published(args.workdir, args.members)
+    study = data.study
     labels = np.asarray(study.test.labels)
     for m, model in zip(args.members, models, strict=True):
         method = Method(f"member_{m}", methods.single(model), model.params)

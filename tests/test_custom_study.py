@@ -27,7 +27,7 @@ import hydra_jax as hj
 from configs import custom as custom_config
 from hydra_jax import testing
 from hydra_jax.data.files import DataError
-from hydra_jax.experiments import custom
+from hydra_jax.experiments import engine
 from hydra_jax.models import (
     BertConfig,
     CLIPClassifierConfig,
@@ -166,8 +166,8 @@ def test_image_study_with_folders_and_npz_ood_sets(tmp_path, vit_dir):
                        test=f"folder:{folders['test']}", ood=f"noise=npz:{tmp_path / 'noise.npz'}",
                        ood_validation=f"noise=npz:{tmp_path / 'noise_val.npz'}")  # fmt: skip
     config.methods = "single,hydra_circuit"
-    custom.train(config, tmp_path / "run")
-    results = custom.evaluate(config, tmp_path / "run")
+    engine.train(config, tmp_path / "run")
+    results = engine.evaluate(config, tmp_path / "run")
     assert set(results["methods"]) == {"single", "hydra_circuit"}
     assert (tmp_path / "run" / "pruned" / "circuit").is_dir()  # member 0 alone, saved too
     sets = json.loads((tmp_path / "run" / "head_sets.json").read_text())["circuit"]
@@ -177,7 +177,7 @@ def test_image_study_with_folders_and_npz_ood_sets(tmp_path, vit_dir):
     # No validation data for the circuit strategy: refused before anything is written.
     config.data.ood_validation = ""
     with pytest.raises(ValueError, match=r"set data\.validation and data\.ood_validation"):
-        custom.train(config, tmp_path / "other")
+        engine.train(config, tmp_path / "other")
     assert not (tmp_path / "other").exists()
 
 
@@ -235,14 +235,14 @@ def test_a_zero_shot_hydra_on_a_dual_encoder(tmp_path, vit_dir, family):
     study.zero_shot.update(enabled=True, templates=templates)
     run = tmp_path / "run"
     with pytest.raises(ValueError, match=r"trains nothing, so \['deep_ensemble'\] cannot run"):
-        custom.train(study, run)
+        engine.train(study, run)
     study.update(model=str(vit_dir), methods="single,pruned_taylor,hydra_taylor")
     with pytest.raises(DataError, match=r"needs a dual encoder \(CLIP, SigLIP, ViT-BERT\)"):
-        custom.train(study, run)
+        engine.train(study, run)
     assert not run.exists()
     study.model = str(path)
-    custom.train(study, run)
-    results = custom.evaluate(study, run)
+    engine.train(study, run)
+    results = engine.evaluate(study, run)
     assert set(results["methods"]) == {"single", "pruned_taylor", "hydra_taylor"}
     saved = hj.load_model(run / "zero_shot")
     length = 8 if family == "siglip" else 7  # the longest prompt: 6 words, ".", EOS
@@ -281,8 +281,8 @@ def test_the_image_study_runs_on_other_vision_families(tmp_path, vit_dir, family
     study.model = str(path)
     study.data.update(train=f"folder:{folders['a']}", test=f"folder:{folders['b']}")
     study.methods = "single,hydra_taylor"
-    custom.train(study, tmp_path / "run")
-    results = custom.evaluate(study, tmp_path / "run")
+    engine.train(study, tmp_path / "run")
+    results = engine.evaluate(study, tmp_path / "run")
     assert set(results["methods"]) == {"single", "hydra_taylor"}
     member = hj.from_pretrained(tmp_path / "run" / "hf" / "member_0").config
     dual = {CLIPClassifierConfig: "clip", SiglipClassifierConfig: "siglip"}
@@ -299,8 +299,8 @@ def test_a_prepared_tfds_dataset_feeds_the_study(tmp_path, text_encoder_dir, syn
                        test="tfds:vader_sentences/movie_reviews:test",
                        train_limit=16, eval_limit=8)  # fmt: skip
     config.methods = "single,batch_ensemble,lora_ensemble,packed_ensemble"
-    custom.train(config, tmp_path / "run")
-    results = custom.evaluate(config, tmp_path / "run")
+    engine.train(config, tmp_path / "run")
+    results = engine.evaluate(config, tmp_path / "run")
     assert set(results["methods"]) == {"single", "batch_ensemble", "lora_ensemble",
                                        "packed_ensemble"}  # fmt: skip
     assert json.loads((tmp_path / "run" / "classes.json").read_text()) == ["0", "1"]
@@ -326,15 +326,15 @@ def test_bad_study_data_is_refused_before_training(tmp_path, text_encoder_dir):
     config.data.update(train=f"csv:{tmp_path / 'train.csv'}", test=f"csv:{tmp_path / 'test.csv'}")
     config.methods = "single"
     with pytest.raises(DataError, match=r"test\.csv: row 2 has label 'so-so', not one of the 2"):
-        custom.train(config, tmp_path / "run")
+        engine.train(config, tmp_path / "run")
     config.data.test = f"npz:{tmp_path / 'images.npz'}"
     np.savez(tmp_path / "images.npz", images=np.zeros((2, 4, 4), np.uint8), labels=[0, 1])
     with pytest.raises(DataError, match=r"text and images mixed in one study: images in .*npz"):
-        custom.train(config, tmp_path / "run")
+        engine.train(config, tmp_path / "run")
     config.data.test = f"csv:{tmp_path / 'train.csv'}"
     config.methods = "single,hydra_magic"
     with pytest.raises(ValueError, match=r"config.methods: \['hydra_magic'\]; known: "):
-        custom.train(config, tmp_path / "run")
+        engine.train(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 
@@ -382,8 +382,8 @@ def test_the_study_runs_on_other_text_families(tmp_path, text_encoder_dir, famil
     data = f"csv:{tmp_path / 'data.csv'}"
     study.data.update(train=data, test=data)
     study.methods = "single,hydra_taylor"
-    custom.train(study, tmp_path / "run")
-    results = custom.evaluate(study, tmp_path / "run")
+    engine.train(study, tmp_path / "run")
+    results = engine.evaluate(study, tmp_path / "run")
     assert set(results["methods"]) == {"single", "hydra_taylor"}
     member = hj.from_pretrained(tmp_path / "run" / "hf" / "member_0").config
     assert type(member) is type(config) and member.encoder == config.encoder

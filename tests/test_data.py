@@ -108,6 +108,16 @@ def test_pad_batch_pads_per_batch_to_multiple_of_16():
         pad_batch([np.arange(3), np.zeros(0, np.int32)], pad_id=0)
 
 
+def test_pad_batch_exact_pads_to_the_longest_or_to_length_and_refuses_longer():
+    tokens = [np.arange(1, 6), np.arange(1, 19)]
+    assert pad_batch(tokens, pad_id=0, exact=True)["input_ids"].shape == (2, 18)
+    batch = pad_batch(tokens, pad_id=7, length=20, exact=True)
+    assert batch["input_ids"].shape == (2, 20)
+    np.testing.assert_array_equal(batch["input_ids"][0, 5:], 7)
+    with pytest.raises(ValueError, match="18 tokens, more than the 10"):
+        pad_batch(tokens, pad_id=0, length=10, exact=True)
+
+
 def test_epoch_batches_are_deterministic_bucketed_and_complete():
     lengths = np.random.default_rng(0).integers(3, 60, 1000)
     a = epoch_batches(lengths, 32, seed=1, epoch=2)

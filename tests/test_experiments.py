@@ -20,6 +20,7 @@ from test_sharding import assert_trained_params_close
 import hydra_jax as hj
 from configs import (
     ablate_vit_fmnist,
+    custom,
     hydra_minilm_mr,
     hydra_vit_fmnist,
     minilm_mr,
@@ -29,11 +30,11 @@ from configs import (
 )
 from hydra_jax import metrics, testing
 from hydra_jax.data import random_tokens
+from hydra_jax.ensembles import STRATEGIES
 from hydra_jax.evaluation import method_metrics, predict, softmax, xla_flops
 from hydra_jax.experiments import (
     ablations,
-    baselines,
-    hydra,
+    engine,
     members,
     methods,
     pruning,
@@ -83,8 +84,8 @@ def smoke_config(data_dir, checkpoint) -> ml_collections.ConfigDict:
 def smoke_run(synthetic_data_dir, tiny_checkpoint, tmp_path_factory):
     config = smoke_config(synthetic_data_dir, tiny_checkpoint)
     workdir = tmp_path_factory.mktemp("smoke")
-    baselines.train(config, workdir)
-    results = baselines.evaluate(config, workdir)
+    engine.train(config, workdir)
+    results = engine.evaluate(config, workdir)
     return config, workdir, results
 
 
@@ -129,7 +130,7 @@ def test_results_equal_metrics_recomputed_from_predictions(smoke_run):
 def test_bf16_evaluation_of_the_smoke_run_is_close_to_fp32(smoke_run):
     """`eval.dtype = "bfloat16"`: the same trained models, every method's forward in bf16."""
     config, workdir, results = smoke_run
-    _, study, _ = baselines.trained(workdir, [0])
+    study = engine.published(workdir, [0])[1].study
     sets = {"id": study.test} | {f"ood_{name}": s for name, s in study.ood.items()}
     trained = methods.Trained(Workdir(workdir), config, Workdir(workdir), dtype="bfloat16")
     for method in methods.build(config.methods, trained):
@@ -162,7 +163,7 @@ def test_mc_dropout_flops_count_every_sample(smoke_run):
     """XLA's cost analysis counts a `lax.map` body once; the reported FLOPs count all S samples,
     as XLA counts them when the samples are `vmap`ped instead."""
     config, workdir, results = smoke_run
-    model = baselines.trained(workdir, [0])[0][0]
+    model = engine.published(workdir, [0])[0][0]
     keys = jax.random.split(jax.random.key(0), config.mc_dropout_samples)
     batch = random_tokens(np.random.default_rng(0), config.eval.latency_batch,
                           config.eval.latency_tokens)  # as cost() measured it  # fmt: skip
@@ -231,6 +232,23 @@ def test_a_study_seed_offsets_training_seeds_and_names_its_base_workdir():
     assert hydra_vit_fmnist.get_config(",1").base_workdir == "runs/vit_fmnist_seed1"
 
 
+ENGINE_CONFIGS = [minilm_mr, hydra_minilm_mr, vit_fmnist, hydra_vit_fmnist, custom]
+
+
+@pytest.mark.parametrize("module", ENGINE_CONFIGS)
+def test_every_variant_of_the_engine_configs_can_run(module):
+    """Each variant's methods, strategies and per-member settings fit together (a smoke variant
+    with two HIES alphas for three members once failed after its members had trained)."""
+    for variant in ("", "demo", "smoke"):
+        try:
+            config = module.get_config(variant)
+        except ValueError:  # a config without this variant
+            continue
+        assert config.experiment == "study"
+        names, strategies = engine.check(config)
+        assert names and set(strategies) <= set(STRATEGIES)
+
+
 # ------------------------------------------------------------------ a workdir belongs to one config
 
 
@@ -239,7 +257,7 @@ def test_evaluate_on_a_missing_workdir_creates_nothing(
 ):
     config = smoke_config(synthetic_data_dir, tiny_checkpoint)
     with pytest.raises(WorkdirError, match=r"no run of this experiment.*run train\.py"):
-        baselines.evaluate(config, tmp_path / "missing")
+        engine.evaluate(config, tmp_path / "missing")
     assert not (tmp_path / "missing").exists()
 
 
@@ -247,7 +265,7 @@ def test_evaluate_on_an_unfinished_workdir_says_so(synthetic_data_dir, tiny_chec
     config = smoke_config(synthetic_data_dir, tiny_checkpoint)
     Workdir(tmp_path).claim(config)  # as a train.py killed before its first checkpoint
     with pytest.raises(WorkdirError, match="holds no published classifier of member 0"):
-        baselines.evaluate(config, tmp_path)
+        engine.evaluate(config, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
 
 
@@ -277,9 +295,9 @@ def test_a_second_config_is_refused_and_config_json_kept(smoke_run):
     changed.train.epochs = 4.0
     with pytest.raises(WorkdirError, match=r"train\.epochs: 5\.0 -> 4\.0; "
                        r"train\.learning_rate: 0\.003 -> 0\.001"):  # fmt: skip
-        baselines.train(changed, workdir)
+        engine.train(changed, workdir)
     with pytest.raises(WorkdirError, match=r"train\.learning_rate"):
-        baselines.evaluate(changed, workdir)
+        engine.evaluate(changed, workdir)
     assert (workdir / "config.json").read_text() == before
     assert sorted(p.name for p in (workdir / "members" / "member_0" / "checkpoints").iterdir())
     retitled = ml_collections.ConfigDict(config.to_dict())
@@ -294,7 +312,7 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_refused(synthetic_data_dir, t
     shutil.copy(hj.minilm_l6_path() / "tokenizer.json", path)
     with pytest.raises(ValueError, match=r"tokenizer .* has 30522 tokens but the model's "
                        r"embedding table has 1000 rows"):  # fmt: skip
-        baselines.train(smoke_config(synthetic_data_dir, path), tmp_path / "run")
+        engine.train(smoke_config(synthetic_data_dir, path), tmp_path / "run")
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -346,9 +364,9 @@ def test_hydra_smoke(smoke_run, tmp_path):
     config.methods = ("single", "pruned_taylor", "hydra_stratified", "hydra_circuit")
     config.fused_train.epochs = 0.25  # exercise fine-tuning the fused network too
     with pytest.raises(WorkdirError, match="no run of this experiment"):
-        hydra.evaluate(config, tmp_path)  # evaluate.py does not train: train.py first
-    hydra.train(config, tmp_path)
-    results = hydra.evaluate(config, tmp_path)
+        engine.evaluate(config, tmp_path)  # evaluate.py does not train: train.py first
+    engine.train(config, tmp_path)
+    results = engine.evaluate(config, tmp_path)
     assert set(results["methods"]) == set(config.methods)
     # The single model is the baseline run's, evaluated again: the same numbers.
     assert results["methods"]["single"]["id"] == baseline["methods"]["single"]["id"]
@@ -377,8 +395,12 @@ def test_bad_training_settings_are_refused_before_the_workdir_is_claimed(smoke_r
     members.member_train.learning_rate = float("nan")
     dual = zero_shot_fmnist.get_config("smoke")
     dual.train.batch_size = 0
+    alphas = hydra_minilm_mr.get_config("smoke")
+    alphas.base_workdir = str(workdir)
+    alphas.hies_alphas = (0.3, 0.7)
     for study, config, message in [
-        (hydra, fused, "train.epochs must be finite, got inf"),
+        (engine, fused, "train.epochs must be finite, got inf"),
+        (engine, alphas, "config.hies_alphas has 2 alphas for 3 members"),
         (ablations, members, "train.learning_rate must be finite, got nan"),
         (zero_shot, dual, "train.batch_size must be positive, got 0"),
     ]:
@@ -390,7 +412,7 @@ def test_bad_training_settings_are_refused_before_the_workdir_is_claimed(smoke_r
 def test_rerunning_train_on_a_finished_run_keeps_its_timings(smoke_run):
     config, workdir, _ = smoke_run
     before = json.loads((workdir / "train_timings.json").read_text())
-    baselines.train(config, workdir)  # every member restored, none trained
+    engine.train(config, workdir)  # every member restored, none trained
     assert json.loads((workdir / "train_timings.json").read_text()) == before
 
 

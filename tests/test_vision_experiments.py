@@ -13,7 +13,7 @@ import pytest
 import hydra_jax as hj
 from configs import ablate_vit_fmnist, hydra_vit_fmnist, prune_vit_fmnist, vit_fmnist
 from hydra_jax import metrics
-from hydra_jax.experiments import ablations, baselines, hydra, pruning
+from hydra_jax.experiments import ablations, engine, pruning
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +27,8 @@ def vision_run(synthetic_image_dir, tmp_path_factory):
     config.data_dir = str(synthetic_image_dir)
     config.train.update(epochs=6.0, learning_rate=3e-3)  # 48 steps on the synthetic squares
     workdir = tmp_path_factory.mktemp("vit")
-    models = baselines.train(config, workdir)
-    return config, workdir, models, baselines.evaluate(config, workdir)
+    models = engine.train(config, workdir)["members"]
+    return config, workdir, models, engine.evaluate(config, workdir)
 
 
 def test_published_members_are_the_trained_models(vision_run):
@@ -74,8 +74,8 @@ def test_hydra_and_pruning_run_on_the_published_vit(vision_run, tmp_path):
     hydra_config.num_members = 2
     hydra_config.strategies = ("taylor", "circuit")
     hydra_config.methods = ("single", "deep_ensemble", "pruned_circuit", "hydra_circuit")
-    hydra.train(hydra_config, tmp_path / "hydra")
-    results = hydra.evaluate(hydra_config, tmp_path / "hydra")["methods"]
+    engine.train(hydra_config, tmp_path / "hydra")
+    results = engine.evaluate(hydra_config, tmp_path / "hydra")["methods"]
     assert results["hydra_circuit"]["cost"]["params"] < results["deep_ensemble"]["cost"]["params"]
     assert "shift" in results["hydra_circuit"]
     with np.load(tmp_path / "hydra" / "predictions" / "hydra_circuit.npz") as npz:

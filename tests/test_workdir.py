@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from configs import prune_minilm_mr
+from configs import hydra_minilm_mr, minilm_mr, prune_minilm_mr
 from hydra_jax.experiments.workdir import LOCK_FILE, Workdir, WorkdirError
 
 REPO = Path(__file__).parent.parent
@@ -56,6 +56,24 @@ def test_a_run_recorded_under_a_renamed_key_is_still_its_configs(tmp_path):
     config.unlock()
     config.data.ood_limit += 1
     with pytest.raises(WorkdirError, match=r"data\.ood_limit: 48 -> 49"):
+        Workdir(tmp_path).check(config)
+
+
+@pytest.mark.parametrize(
+    ("module", "before"), [(minilm_mr, "baselines"), (hydra_minilm_mr, "hydra")]
+)
+def test_a_run_of_an_experiment_that_became_an_engine_config_is_still_its_configs(
+    module, before, tmp_path
+):
+    config = module.get_config("smoke")
+    recorded = json.loads(config.to_json())
+    assert recorded["experiment"] == "study"
+    recorded["experiment"] = before  # what the run recorded before the study engine
+    (tmp_path / "config.json").write_text(json.dumps(recorded))
+    Workdir(tmp_path).check(config)
+    recorded["experiment"] = "pruning"  # another experiment is another config
+    (tmp_path / "config.json").write_text(json.dumps(recorded))
+    with pytest.raises(WorkdirError, match=r"experiment: 'pruning' -> 'study'"):
         Workdir(tmp_path).check(config)
 
 

@@ -74,20 +74,11 @@ class TextEncoder:
         return ([np.array(e.ids, np.int32) for e in encodings],
                 [np.array(e.type_ids, np.int32) for e in encodings])  # fmt: skip
 
-    def pad(self, texts: list[str], length: int = 0) -> dict[str, np.ndarray]:
+    def pad(self, texts: list[str], length: int = 0, exact: bool = False) -> dict[str, np.ndarray]:
         """`texts` as one padded batch (`pad_batch`): a tokenizer for `hj.zero_shot`. With
-        `length`, every row is exactly `length` tokens (a text tower that reads a fixed
-        position, as SigLIP's does, gets the padding it was trained with)."""
-        if not length:
-            return pad_batch(self(texts), self.pad_id)
-        tokens = self(texts)
-        if any(t.size > length for t in tokens):
-            raise ValueError(f"a text has more than the {length} tokens it is padded to")
-        ids = np.full((len(tokens), length), self.pad_id, np.int32)
-        mask = np.zeros_like(ids)
-        for i, t in enumerate(tokens):
-            ids[i, : t.size], mask[i, : t.size] = t, 1
-        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        `exact`, rows are the longest text's length, or exactly `length` tokens (a text tower
+        that reads a fixed position, as SigLIP's does, gets the padding it was trained with)."""
+        return pad_batch(self(texts), self.pad_id, length=length, exact=exact)
 
 
 def pad_batch(
@@ -96,6 +87,7 @@ def pad_batch(
     batch_size: int | None = None,
     length: int = 0,
     type_ids: list[np.ndarray] | None = None,
+    exact: bool = False,
 ) -> dict[str, np.ndarray]:
     """Pads token lists into `input_ids`, `attention_mask`, `token_type_ids` `[B, T]`.
 
@@ -103,10 +95,12 @@ def pad_batch(
     batch pad as the whole batch does) rounded up to `PAD_MULTIPLE`. With `batch_size`, the batch is
     filled up to that many rows by repeating the first sequence (callers keep `len(tokens)`
     rows of the output), so the last, short batch reuses the compiled program. `type_ids`
-    (sentence pairs) fill `token_type_ids` (zeros without them).
+    (sentence pairs) fill `token_type_ids` (zeros without them). With `exact`, T is not
+    rounded: it is `length`, or the longest sequence when `length` is 0.
 
     Raises:
-      ValueError: an empty batch or an empty sequence (nothing to attend to).
+      ValueError: an empty batch or an empty sequence (nothing to attend to); with `exact`, a
+        sequence longer than `length`.
     """
     if not tokens:
         raise ValueError("empty batch: no sequences to pad")
@@ -114,7 +108,9 @@ def pad_batch(
         raise ValueError("a sequence in the batch has no tokens (all padding)")
     rows = list(tokens) + [tokens[0]] * max(0, (batch_size or 0) - len(tokens))
     longest = max(length, *(t.size for t in rows))
-    T = -(-longest // PAD_MULTIPLE) * PAD_MULTIPLE
+    if exact and length and longest > length:
+        raise ValueError(f"a text has {longest} tokens, more than the {length} it is padded to")
+    T = longest if exact else -(-longest // PAD_MULTIPLE) * PAD_MULTIPLE
     ids = np.full((len(rows), T), pad_id, np.int32)
     mask = np.zeros((len(rows), T), np.int32)
     types = np.zeros_like(ids)

@@ -2,19 +2,20 @@
 
 | `experiment` | train | evaluate |
 |---|---|---|
-| `baselines` | fine-tune one classifier per seed | single / deep ensemble / MC dropout |
+| `study` | members, Hydras, single-pass ensembles: what the methods name | every method named |
 | `pruning` | head scores, HIES's alpha per ratio | pruning curves of the base model |
-| `hydra` | member head sets, member fine-tuning, fusion | Hydras beside the baselines |
 | `ablations` | members per ensemble size and head-set strategy | averaged vs per-member MLPs |
 | `zero_shot` | a dual encoder (locked text), zero-shot member head sets | zero-shot Hydras |
-| `custom` | your checkpoint on your data files: members, Hydras | every method named |
 
-Each study's `train` produces every artefact (member checkpoints, head sets, fused Hydras,
-scores) and its `evaluate` only loads them: no evaluate stage trains. The pieces they share:
-`workdir` (ownership, the lock, process-0 writes, stage timings, results), `study_data` (the
-embedded sets), `members` (seeds, head-set data, member fine-tuning), `artefacts` (what is
-published and loaded back) and `evaluators` (the prediction loop and the metrics and report
-sections of each method).
+`study` (the `engine` module) runs every study whose rows are methods: the baselines, the
+Hydra tables and your checkpoint on your files are configs of it (`configs/minilm_mr.py`,
+`hydra_minilm_mr.py`, `vit_fmnist.py`, `hydra_vit_fmnist.py`, `custom.py`). Each `train`
+produces every artefact (member checkpoints, head sets, fused Hydras, scores) and its `evaluate`
+only loads them: no evaluate stage trains. The pieces they share: `workdir` (ownership, the
+lock, process-0 writes, stage timings, results), `study_data` (the embedded sets),
+`user_files` (your files), `members` (seeds, head-set data, member fine-tuning), `methods` (the
+registry of methods), `artefacts` (what is published and loaded back) and `evaluators` (the
+prediction loop and the metrics and report sections of each method).
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ import ml_collections
 from hydra_jax.experiments import (
     ablations,
     artefacts,
-    baselines,
-    custom,
+    engine,
     evaluators,
-    hydra,
     members,
+    methods,
     pruning,
     study_data,
+    user_files,
     workdir,
     zero_shot,
 )
@@ -42,12 +43,10 @@ from hydra_jax.experiments import (
 Stage = Callable[[ml_collections.ConfigDict, "workdir.Workdir | Path"], Any]
 
 EXPERIMENTS: dict[str, tuple[Stage, Stage]] = {
-    "baselines": (baselines.train, baselines.evaluate),
+    "study": (engine.train, engine.evaluate),
     "pruning": (pruning.train, pruning.evaluate),
-    "hydra": (hydra.train, hydra.evaluate),
     "ablations": (ablations.train, ablations.evaluate),
     "zero_shot": (zero_shot.train, zero_shot.evaluate),
-    "custom": (custom.train, custom.evaluate),
 }
 
 
@@ -59,6 +58,6 @@ def stages(config: ml_collections.ConfigDict) -> tuple[Stage, Stage]:
 
 
 __all__ = [
-    "EXPERIMENTS", "ablations", "artefacts", "baselines", "custom", "evaluators", "hydra",
-    "members", "pruning", "stages", "study_data", "workdir", "zero_shot",
+    "EXPERIMENTS", "ablations", "artefacts", "engine", "evaluators", "members", "methods",
+    "pruning", "stages", "study_data", "user_files", "workdir", "zero_shot",
 ]  # fmt: skip

@@ -30,7 +30,7 @@ from hydra_jax.data import subset
 from hydra_jax.ensembles import baselines as forwards
 from hydra_jax.evaluation import Method, cost, logits_forward, method_metrics, predict, softmax
 from hydra_jax.evaluation.report import pyplot
-from hydra_jax.experiments import baselines, members, study_data
+from hydra_jax.experiments import engine, members, study_data
 from hydra_jax.experiments.workdir import Workdir
 from hydra_jax.models.sharding import is_primary
 from hydra_jax.training import TrainSettings
@@ -56,9 +56,10 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> None:
     settings = TrainSettings(**{**base.train.to_dict(), **config.member_train.to_dict()})
     workdir.claim(config)
     with workdir.stage("load"):
-        (single,), study, base = baselines.trained(Workdir(config.base_workdir), indices=[0])
+        (single,), data, base = engine.published(config.base_workdir, [0])
     d = config.data
-    train_set = subset(study.train, d.train_limit) if d.train_limit else study.train
+    train = data.study.train
+    train_set = subset(train, d.train_limit) if d.train_limit else train
     record, steps = {}, {}
     heads = single.config.encoder.num_heads[0]
     for M, strategy in itertools.product(config.sizes, config.strategies):
@@ -87,11 +88,11 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict
     workdir.require(workdir / "head_sets.json", "head sets")
     record = workdir.read_json("head_sets.json")
     with workdir.stage("load"):
-        _, study, _ = baselines.trained(Workdir(config.base_workdir), indices=[0])
+        _, data, _ = engine.published(config.base_workdir, [0])
     d = config.data
-    test = subset(study.test, d.eval_limit) if d.eval_limit else study.test
-    ood = {n: subset(s, d.ood_limit) if d.ood_limit else s for n, s in study.ood.items()}
-    batch = study_data.latency_batch(config, study)
+    test = subset(data.study.test, d.eval_limit) if d.eval_limit else data.study.test
+    ood = {n: subset(s, d.ood_limit) if d.ood_limit else s for n, s in data.study.ood.items()}
+    batch = study_data.latency_batch(config, data.study)
     rows = []
     for M, strategy in itertools.product(config.sizes, config.strategies):
         name = row_name(M, strategy)

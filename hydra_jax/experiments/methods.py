@@ -115,15 +115,29 @@ BUILDERS: dict[str, Callable[[str, Trained], Method]] = {
 MEMBER_METHODS = ("single", "deep_ensemble", "mc_dropout")
 
 
-def check_names(names: Sequence[str]) -> list[str]:
-    """`names` if every one is a known method."""
+def check_names(names: Sequence[str] | str) -> list[str]:
+    """`names` (a sequence, or comma-separated as on the command line:
+    `single,deep_ensemble,hydra_taylor`) if every one is a known method."""
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in names if n not in BUILDERS]
     if not names or unknown:
         what = unknown or "no methods"
-        raise ValueError(f"methods: {what}; known: {', '.join(sorted(BUILDERS))}")
+        raise ValueError(f"config.methods: {what}; known: {', '.join(sorted(BUILDERS))}")
     return list(names)
 
 
-def build(names: Sequence[str], trained: Trained) -> list[Method]:
+def strategies(config: ml_collections.ConfigDict) -> list[str]:
+    """The member strategies a study builds: `config.strategies` (where it lists them), then
+    those its `hydra_S` / `pruned_S` methods name, in order, each once."""
+    out = list(config.get("strategies", ()))
+    for name in check_names(config.methods):
+        prefix, _, strategy = name.partition("_")
+        if prefix in ("hydra", "pruned") and strategy not in out:
+            out.append(strategy)
+    return out
+
+
+def build(names: Sequence[str] | str, trained: Trained) -> list[Method]:
     """The methods `names`, in order, from `trained`."""
     return [BUILDERS[name](name, trained) for name in check_names(names)]

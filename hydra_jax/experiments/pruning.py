@@ -23,7 +23,7 @@ from hydra_jax import metrics
 from hydra_jax.data import Dataset, labelled_batches, subset
 from hydra_jax.evaluation import Method, predict, softmax
 from hydra_jax.evaluation.report import pyplot
-from hydra_jax.experiments import baselines, study_data
+from hydra_jax.experiments import engine, study_data
 from hydra_jax.experiments.workdir import Workdir
 from hydra_jax.heads import hies, his_and_entropy, keep_mask, score
 from hydra_jax.models import Model
@@ -85,10 +85,13 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> None:
     curves prune one-shot, in `evaluate`)."""
     workdir = Workdir.of(workdir)
     with workdir.stage("load"):
-        (model,), study, base = baselines.trained(Workdir(config.base_workdir), indices=[0])
+        (model,), data, base = engine.published(config.base_workdir, [0])
         validation = study_data.load_split(base, base.data.id_set, "validation")
         calibration = labelled_batches(
-            study.train, config.calibration_size, config.calibration_seed, config.calibration_size
+            data.study.train,
+            config.calibration_size,
+            config.calibration_seed,
+            config.calibration_size,
         )
     workdir.claim(config)  # after the base run is found: a failure creates nothing
     with workdir.stage("scores (HIS + AE + l2)"):
@@ -120,16 +123,17 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict
     workdir.check(config)
     workdir.require(workdir / SCORES_FILE, "head scores")
     with workdir.stage("load"):
-        (model,), study, _ = baselines.trained(Workdir(config.base_workdir), indices=[0])
+        (model,), data, _ = engine.published(config.base_workdir, [0])
         limit = config.data.ood_limit
-        ood = {name: subset(s, limit) if limit else s for name, s in study.ood.items()}
+        ood = {name: subset(s, limit) if limit else s for name, s in data.study.ood.items()}
         with np.load(workdir / SCORES_FILE) as saved:
             scores = dict(saved)
         alphas = workdir.read_json(ALPHAS_FILE)
     his, entropy = scores["his"], scores["entropy"]
     predict = MaskedPredictor(model, config.eval.batch_size)
     L, N = his.shape
-    reference = predict(np.ones((L, N), np.float32), study.test).argmax(-1)
+    test = data.study.test
+    reference = predict(np.ones((L, N), np.float32), test).argmax(-1)
 
     curves: dict[str, dict[str, Any]] = {}
     jobs = [(c, r) for c in config.criteria for r in config.ratios]
@@ -144,7 +148,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict
                 else:
                     s = 1 - entropy if name == "ad" else scores[name]
                 keep = keep_mask(s, ratio=ratio)
-                points.append(curve_point(predict, keep, study.test, ood, reference))
+                points.append(curve_point(predict, keep, test, ood, reference))
             curves.setdefault(criterion, {})[str(ratio)] = _mean_points(points)
 
     results = {

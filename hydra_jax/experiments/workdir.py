@@ -37,6 +37,8 @@ ADDED_KEYS = {"eval.dtype": "float32"}
 # read as the new one.
 RENAMED_KEYS = {"eval_batch_size": "eval.batch_size", "ood_limit": "data.ood_limit",
                 "train_limit": "data.train_limit", "eval_limit": "data.eval_limit"}  # fmt: skip
+# Values renamed: the experiments that became configs of the study engine.
+RENAMED_VALUES = {"experiment": {"baselines": "study", "hydra": "study", "custom": "study"}}
 LOCK_FILE = ".lock"
 CONFIG_FILE = "config.json"
 TIMINGS_FILE = "train_timings.json"  # the train stage's wall time per stage
@@ -72,6 +74,7 @@ def config_differences(config: ml_collections.ConfigDict, recorded: dict) -> lis
     excepted), each as `key: recorded -> now`."""
     now, before = flat(config), flat(recorded)
     before = {RENAMED_KEYS.get(k, k): v for k, v in before.items()}
+    before |= {k: RENAMED_VALUES[k].get(v, v) for k, v in before.items() if k in RENAMED_VALUES}
     before |= {k: v for k, v in ADDED_KEYS.items() if k in now and k not in before}
     keys = sorted((set(now) | set(before)) - COSMETIC_KEYS)
     missing = object()

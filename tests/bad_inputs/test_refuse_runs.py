@@ -13,7 +13,7 @@ import pytest
 
 import hydra_jax as hj
 from hydra_jax.data import TextEncoder, TokenizedSet
-from hydra_jax.experiments import baselines, hydra, zero_shot
+from hydra_jax.experiments import engine, zero_shot
 from hydra_jax.experiments.workdir import Workdir, WorkdirError
 from hydra_jax.models import sharding
 from hydra_jax.training import TrainSettings, fit
@@ -128,16 +128,16 @@ CASES = [
         lambda c: conflict(c.tmp), WorkdirError, "a: 1 -> 2", id="workdir of another config"
     ),
     pytest.param(
-        lambda c: baselines.train(study(methods=("single", "nope")), c.tmp / "never_claimed"),
+        lambda c: engine.train(study(methods=("single", "nope")), c.tmp / "never_claimed"),
         ValueError,
         "methods: ['nope']; known:",
-        id="an unknown method in the baselines study",
+        id="an unknown method among the members' methods",
     ),
     pytest.param(
-        lambda c: hydra.train(study(methods=("hydra_taylr",)), c.tmp / "never_claimed"),
+        lambda c: engine.train(study(methods=("hydra_taylr",)), c.tmp / "never_claimed"),
         ValueError,
         "methods: ['hydra_taylr']; known:",
-        id="an unknown method in the Hydra study",
+        id="an unknown Hydra method",
     ),
     pytest.param(
         lambda c: zero_shot.train(study(methods=("hydra_hies",)), c.tmp / "never_claimed"),

@@ -1,0 +1,371 @@
+"""The study engine: one `train` and one `evaluate` for every study whose rows are methods.
+
+A study config declares the work (`configs/minilm_mr.py`, `hydra_minilm_mr.py`,
+`vit_fmnist.py`, `hydra_vit_fmnist.py`, `custom.py`); `train` does it, in this order:
+
+1. **Members** (methods `single`, `deep_ensemble`, `mc_dropout`): `ensemble_size` classifiers
+   (one unless a deep ensemble is named), member m with training seed `1000 * seed + m`. Each
+   starts from the checkpoint (`model`, a local HF directory; or `checkpoint`, "" for the
+   embedded MiniLM) with its own classifier, or a new one sized from the labels; or from a
+   fresh ViT (`model`, a ConfigDict). Fine-tuned on the training set, it is published as an HF
+   directory `hf/member_M` with the checkpoint's preprocessing files. A study with
+   `base_workdir` trains none: it reads that workdir's members, and the config they were
+   trained under decides the data, the seeds and the training settings. With
+   `zero_shot.enabled`, member 0 is a dual encoder's zero-shot classifier and nothing trains.
+2. **Hydras** (methods `hydra_S`, `pruned_S`; `strategies`): per strategy S, member head sets
+   from member 0, the members compacted and fine-tuned (`member_train` over the members'
+   `train`), then fused (`fused/S`; member 0 alone in `pruned/S`), and optionally the fused
+   network fine-tuned as a whole (`fused_train`).
+3. **Single-pass ensembles** (`batch_ensemble`, `lora_ensemble`, `packed_ensemble`), trained
+   where the members are (`efficient/KIND`).
+
+The data (`load_data`) are the embedded sets of the paper studies (`data.id_set`,
+`data.ood_sets`: `study_data`) or your files (`data.train`, `data.test`, ...: `user_files`).
+`evaluate` loads what `train` wrote and never trains: every method of `methods` goes through the
+prediction loop and the evaluators (`evaluators.evaluate_methods`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+
+from hydra_jax import ensembles
+from hydra_jax.convert import from_pretrained
+from hydra_jax.convert.native import save_model
+from hydra_jax.data import Dataset, TextEncoder
+from hydra_jax.data.files import ClassNames, DataError
+from hydra_jax.ensembles import STRATEGIES
+from hydra_jax.experiments import artefacts, members, methods, study_data, user_files
+from hydra_jax.experiments.evaluators import Evaluator, evaluate_methods
+from hydra_jax.experiments.workdir import CONFIG_FILE, Workdir
+from hydra_jax.models import Model, with_classifier, zero_shot
+from hydra_jax.models.architectures import architecture
+from hydra_jax.models.packed import packed_member
+from hydra_jax.models.sharding import barrier
+from hydra_jax.training import TrainSettings, fit
+
+
+@dataclasses.dataclass(frozen=True)
+class Data:
+    """A study's sets, and what its data decide besides: the number of classes, their names
+    (labelled files), the tokenizer (text) and circuit search's ID and pooled OOD validation
+    sets (`validation()`, read when a strategy needs them)."""
+
+    study: study_data.StudyData
+    num_classes: int
+    validation: Callable[[], tuple[Dataset | None, Dataset | None]]
+    classes: ClassNames | None = None
+    encoder: TextEncoder | None = None
+
+
+def from_files(config: ml_collections.ConfigDict) -> bool:
+    """Whether the study reads your files (`data.train`, ...) rather than the embedded sets."""
+    return "id_set" not in config.data
+
+
+def load_data(config: ml_collections.ConfigDict, model: Model | None = None) -> Data:
+    """The data of `config`, the config the members are trained under; with a text `model`,
+    its vocabulary is checked against the tokenizer.
+
+    Raises:
+      DataError: a file split that cannot be used, named with its file and problem.
+    """
+    if from_files(config):
+        user = user_files.load(config)
+        if model is not None and user.encoder is not None:
+            study_data.check_vocabulary(user.encoder, model, Path(config.model))
+        validation = lambda: (user.validation, user.ood_validation)  # noqa: E731
+        return Data(user.study, len(user.classes.names), validation, user.classes, user.encoder)
+    study = study_data.load_data(config, model)
+    validation = functools.partial(study_data.validation_sets, config)
+    return Data(study, study_data.num_classes(config), validation)
+
+
+def checkpoint(config: ml_collections.ConfigDict) -> Path | None:
+    """The checkpoint the members start from: `model` (a local HF directory) or `checkpoint`
+    ("": the embedded MiniLM); None when `model` describes a ViT trained from scratch."""
+    model = config.get("model", "")
+    if isinstance(model, ml_collections.ConfigDict):
+        return None
+    if from_files(config):
+        if not model:
+            raise ValueError("config.model is not set: give a local HF directory, "
+                             "--config.model=DIR")  # fmt: skip
+        return Path(model)
+    return study_data.checkpoint_dir(config)
+
+
+def zero_shot_enabled(config: ml_collections.ConfigDict) -> bool:
+    return bool(config.get("zero_shot") and config.zero_shot.enabled)
+
+
+# What a zero-shot study can run: it trains nothing.
+ZERO_SHOT_METHODS = ("single", *(f"{kind}_{s}" for kind in ("pruned", "hydra") for s in STRATEGIES))
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What a study config asks `train` for, checked before a workdir is touched.
+
+    `workdir` holds the members (this run's, or `base_workdir`'s), trained under
+    `members_config`; the settings are those of the members, the Hydra members and the fused
+    network (None: not fine-tuned)."""
+
+    methods: list[str]
+    strategies: list[str]
+    efficient: list[str]
+    workdir: Workdir
+    members_config: ml_collections.ConfigDict
+    trains_members: bool
+    zero_shot: bool
+    member_settings: TrainSettings
+    hydra_settings: TrainSettings
+    fused_settings: TrainSettings | None
+
+    @classmethod
+    def of(cls, config: ml_collections.ConfigDict, workdir: Workdir) -> Plan:
+        names, strategies = check(config)
+        trains_members = not config.get("base_workdir")
+        base = workdir if trains_members else Workdir(config.base_workdir)
+        members_config = config if trains_members else base.recorded()
+        train = members_config.train.to_dict()
+        member_train = config.get("member_train")
+        hydra_settings = TrainSettings(**{**train, **(member_train or {})})
+        fused = config.get("fused_train")
+        fused_settings = None  # optional: the fused network fine-tuned as a whole
+        if fused is not None and fused.epochs > 0:
+            fused_settings = TrainSettings(**{**hydra_settings.__dict__, **fused.to_dict()})
+        efficient = [n for n in names if n in members.EFFICIENT] if trains_members else []
+        for kind in efficient:
+            members.efficient_settings(config, kind)
+        return cls(names, strategies, efficient, base, members_config, trains_members,
+                   zero_shot_enabled(config), TrainSettings(**train), hydra_settings,
+                   fused_settings)  # fmt: skip
+
+
+def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[str]]:
+    """The methods and member strategies of a study config, if they can run together.
+
+    Raises:
+      ValueError: an unknown method; a method that trains in a zero-shot study; HIES alphas
+        that are not one per member.
+    """
+    names, strategies = methods.check_names(config.methods), methods.strategies(config)
+    needs_training = [n for n in names if n not in ZERO_SHOT_METHODS]
+    if zero_shot_enabled(config) and needs_training:
+        raise ValueError(f"zero_shot.enabled trains nothing, so {needs_training} cannot run; "
+                         "zero-shot methods: single, pruned_S, hydra_S")  # fmt: skip
+    if "hies" in strategies and len(config.hies_alphas) != config.num_members:
+        raise ValueError(f"config.hies_alphas has {len(config.hies_alphas)} alphas for "
+                         f"{config.num_members} members: give one per member")  # fmt: skip
+    trains_here = "packed_ensemble" in names and not config.get("base_workdir")
+    if trains_here and checkpoint(config) is None:  # a ViT from scratch
+        check_packed(config, artefacts.scratch_config(config))
+    return names, strategies
+
+
+def check_packed(config: ml_collections.ConfigDict, architecture: Any) -> None:
+    """Refuses `packed_ensemble` settings whose widths do not divide into the members, groups
+    and heads of `architecture`."""
+    c = config.packed_ensemble
+    packed_member(architecture, config.ensemble_size, c.alpha, c.groups)
+
+
+def starting_point(
+    base: Model | None, config: ml_collections.ConfigDict, data: Data, seed: int
+) -> Model:
+    """A member's starting point, initialised with `seed`: a fresh ViT of `config.model` (no
+    `base`), or the checkpoint `base` with its own classifier where it has one, else a new one
+    sized from the data's classes."""
+    if base is None:
+        return Model.init(artefacts.scratch_config(config), jax.random.key(seed))
+    if getattr(base.config, "num_labels", 0):  # 0: no classifier (or a SigLIP model)
+        return base
+    return with_classifier(base, data.num_classes, jax.random.key(seed))
+
+
+def check_classes(base: Model, config: ml_collections.ConfigDict, data: Data) -> None:
+    """Refuses a checkpoint whose own classifier has another number of classes than the data."""
+    own = getattr(base.config, "num_labels", 0)
+    if own and own != data.num_classes:
+        names = f": {list(data.classes.names)}" if data.classes else ""
+        raise DataError(f"the classifier of {checkpoint(config)} has {own} classes but "
+                        f"the data have {data.num_classes}{names}")  # fmt: skip
+
+
+def zero_shot_classifier(config: ml_collections.ConfigDict, model: Model, data: Data) -> Model:
+    """`model`, a dual encoder, as a zero-shot classifier of the study's classes: class
+    embeddings from `zero_shot.templates` filled with the class names, tokenised by the
+    checkpoint's tokenizer and padded as its text tower was trained.
+
+    Raises:
+      DataError: not a dual encoder, text data, or classes without names (integer labels).
+    """
+    table = architecture(model.config)
+    if table.vision_tower is None:
+        raise DataError(f"zero_shot.enabled needs a dual encoder (CLIP, SigLIP, ViT-BERT); "
+                        f"{config.model} holds a {type(model.config).__name__}")  # fmt: skip
+    if data.encoder is not None or data.classes is None:
+        raise DataError(f"zero-shot classifies images; {config.data.train} holds text")
+    names = data.classes.names
+    if all(name.isdigit() for name in names):
+        raise DataError(f"zero-shot prompts need class names, but {config.data.train} "
+                        f"labels its classes {list(names)}: use string labels or class "
+                        "folders")  # fmt: skip
+    encoder = TextEncoder(Path(config.model), config.data.max_tokens)
+    fixed = table.prompt_length(model.config) if table.prompt_length else 0
+
+    def tokenize(texts: list[str]) -> dict[str, Any]:  # else to the longest prompt
+        return encoder.pad(texts, fixed, exact=True)
+
+    return zero_shot(model, names, tuple(config.zero_shot.templates), tokenize)
+
+
+def saved_path(workdir: Path, method: str) -> Path:
+    """Where `train` saves method `hydra_S` (the fused network) or `pruned_S` (member 0)."""
+    kind, strategy = method.split("_", 1)
+    return Path(workdir) / ("fused" if kind == "hydra" else "pruned") / strategy
+
+
+def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
+    """Trains the members, builds every Hydra and single-pass ensemble the config names
+    (resuming where an earlier run stopped). Returns the members this run trained or restored
+    (`members`: none when they come from `base_workdir`) and the Hydra members' head sets per
+    strategy (`head_sets`)."""
+    workdir = Workdir.of(workdir)
+    plan = Plan.of(config, workdir)  # bad settings refused before the workdir is touched
+    base, first_run = None, not (workdir / CONFIG_FILE).is_file()
+    with workdir.stage("load data", record=first_run):  # a rerun keeps the first run's times
+        if plan.trains_members:
+            path = checkpoint(config)
+            base = None if path is None else from_pretrained(path)
+            data = load_data(config, None if plan.zero_shot else base)
+        else:
+            single = from_pretrained(artefacts.hf_dir(plan.workdir.path, 0))
+            data = load_data(plan.members_config, single)
+    if base is not None and not plan.zero_shot:
+        check_classes(base, config, data)
+    if base is not None and "packed_ensemble" in plan.efficient:  # before anything trains
+        check_packed(config, starting_point(base, config, data, 0).config)
+    if plan.zero_shot:
+        single = zero_shot_classifier(config, base, data)
+    workdir.claim(config)
+    if plan.zero_shot:
+        save_model(single, artefacts.zero_shot_dir(workdir.path))
+    trained = []
+    if plan.trains_members and not plan.zero_shot:
+        trained = train_members(config, workdir, plan, base, data)
+        single = trained[0]
+    record = build_hydras(config, workdir, plan, single, data)
+    for kind in plan.efficient:
+        train_efficient(config, workdir, kind, base, single, data)
+    if data.classes is not None:
+        workdir.write_json("classes.json", list(data.classes.names))
+    if plan.strategies:
+        workdir.write_json("head_sets.json", record)
+    workdir.save_stages()  # a member an earlier run trained keeps that run's time
+    barrier("wrote the training record")
+    return {"members": trained, "head_sets": record}
+
+
+def train_members(
+    config: ml_collections.ConfigDict, workdir: Workdir, plan: Plan, base: Model | None,
+    data: Data,
+) -> list[Model]:  # fmt: skip
+    """Member m fine-tuned with training seed m of the study and published (`hf/member_M`)."""
+    count = config.ensemble_size if "deep_ensemble" in plan.methods else 1
+    files_from = checkpoint(config)
+    return members.fit_classifiers(
+        workdir, data.study.train, plan.member_settings, members.member_seeds(config, count),
+        initial=functools.partial(starting_point, base, config, data),
+        publish=lambda model, path: artefacts.publish(
+            model, path, files_from=files_from, our_pixels=files_from is None),
+    )  # fmt: skip
+
+
+def build_hydras(
+    config: ml_collections.ConfigDict, workdir: Workdir, plan: Plan, single: Model, data: Data
+) -> dict[str, list]:
+    """Per strategy: member head sets from `single`, the members fine-tuned (zero-shot: pruned
+    as they are), fused, saved with member 0 alone. Returns the head sets."""
+    seeds = members.member_seeds(plan.members_config, config.get("num_members", 0))
+    train_set = data.study.train
+    record: dict[str, list] = {}
+    steps: dict[Any, Any] = {}  # compiled train steps (`shared_step`): members', fused ones'
+    for strategy in plan.strategies:
+        with workdir.stage(f"{strategy}: head sets"):
+            sets = members.head_sets(config, strategy, single, train_set, seeds, data.validation)
+        record[strategy] = sets.astype(int).tolist()
+        verb = "prune" if plan.zero_shot else "fine-tune"
+        with workdir.stage(f"{strategy}: {verb} members"):
+            if plan.zero_shot:
+                pruned = ensembles.members_from(single, sets)
+            else:
+                directory = workdir / "hydra_members" / strategy
+                pruned = members.fine_tuned_members(
+                    single, sets, train_set, plan.hydra_settings, seeds, directory, steps
+                )
+        fused = ensembles.fuse(pruned)
+        if plan.fused_settings is not None:
+            with workdir.stage(f"{strategy}: fine-tune fused"):
+                settings = plan.fused_settings
+                step_fn = members.shared_step(steps, fused, len(train_set), settings)
+                directory = workdir / "fused_training" / strategy
+                fused = fit(fused, train_set, settings, directory, step_fn=step_fn)
+        save_model(fused, saved_path(workdir.path, f"hydra_{strategy}"))
+        save_model(pruned[0], saved_path(workdir.path, f"pruned_{strategy}"))
+    return record
+
+
+def train_efficient(
+    config: ml_collections.ConfigDict, workdir: Workdir, kind: str, base: Model | None,
+    single: Model, data: Data,
+) -> Model:  # fmt: skip
+    """The single-pass ensemble `kind`, started where member 0 starts (a Packed-Ensemble takes
+    only the architecture); a LoRA-Ensemble of a ViT trained from scratch adapts the trained
+    member 0 (a frozen backbone must have learnt something), with a new head per member unless
+    the checkpoint brought its own classifier."""
+    seed = members.training_seed(config, 0)
+    start = starting_point(base, config, data, seed)
+    if kind == "lora_ensemble" and base is None:
+        start = single
+    own_head = base is not None and getattr(base.config, "num_labels", 0) > 0
+    ensemble = members.efficient_ensemble(
+        config, kind, start, seed, 0 if own_head else data.num_classes
+    )
+    settings = dataclasses.replace(members.efficient_settings(config, kind), seed=seed)
+    return members.fit_efficient(workdir, kind, ensemble, data.study.train, settings)
+
+
+def evaluate(
+    config: ml_collections.ConfigDict, workdir: Workdir | Path, extra: Sequence[Evaluator] = ()
+) -> dict[str, Any]:
+    """Evaluates every method of `config.methods` from what `train` wrote (the members in
+    `base_workdir` where the config names one); trains nothing. Writes results.json,
+    report.md, plots/ and predictions/."""
+    workdir = Workdir.of(workdir)
+    workdir.check(config)
+    base = Workdir(config.base_workdir) if config.get("base_workdir") else workdir
+    members_config = base.recorded() if config.get("base_workdir") else config
+    trained = methods.Trained(base, members_config, workdir, config.eval.dtype)
+    with workdir.stage("load data"):
+        to_evaluate = methods.build(config.methods, trained)
+        data = load_data(members_config, trained.member(0))
+    return evaluate_methods(config, workdir, to_evaluate, data.study, extra)
+
+
+def published(workdir: Workdir | Path, indices: list[int]) -> tuple[list[Model], Data, Any]:
+    """The published member classifiers `indices` of a study's workdir (`hf/member_M`, read with
+    `from_pretrained`), with its data and recorded config."""
+    workdir = Workdir.of(workdir)
+    config = workdir.recorded()
+    trained = methods.Trained(workdir, config, workdir)
+    models = [trained.member(index) for index in indices]
+    return models, load_data(config, models[0]), config

@@ -1,0 +1,95 @@
+"""A study's data from your files: `config.data.train` / `validation` / `test` and the named OOD
+sets, each a `KIND:LOCATION` spec (`hydra_jax.data.files`: csv, tsv, jsonl, parquet, folder,
+npz, tfds, hf), read, checked and preprocessed with the checkpoint's own files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import ml_collections
+import numpy as np
+
+from hydra_jax.data import Dataset, TextEncoder, concat_all, files
+from hydra_jax.data.files import ClassNames, Columns, DataError
+from hydra_jax.experiments import methods, study_data
+
+
+def named_specs(value: str, key: str) -> dict[str, str]:
+    """`NAME=SPEC,NAME=SPEC` as `{NAME: SPEC}` ("" is none)."""
+    out = {}
+    for item in filter(None, (s.strip() for s in str(value).split(","))):
+        name, sep, spec = item.partition("=")
+        if not sep or not name or not spec or name in out:
+            raise ValueError(f"{key}: {item!r} is not NAME=SPEC (names once each), e.g. "
+                             "news=jsonl:news.jsonl,photos=folder:photos/")  # fmt: skip
+        out[name] = spec
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class UserData:
+    """The study's sets, preprocessed, and the class names every split was labelled with."""
+
+    study: study_data.StudyData
+    classes: ClassNames
+    validation: Dataset | None  # ID validation (circuit search)
+    ood_validation: Dataset | None  # OOD validation, pooled (circuit search)
+    encoder: TextEncoder | None  # the checkpoint's tokenizer (None for images)
+
+
+def load(config: ml_collections.ConfigDict) -> UserData:
+    """Reads every split named by `config.data`, checks it, then preprocesses it with the files
+    of the checkpoint `config.model`; the limits cut fixed random subsets (seed 0).
+
+    Raises:
+      DataError: a split that cannot be used, named with its file and problem.
+    """
+    d, checkpoint = config.data, Path(config.model)
+    columns = Columns(d.text_column, d.pair_column, d.label_column)
+    data_dir = study_data.data_dir(config)
+    needs_validation = "circuit" in methods.strategies(config)
+    if needs_validation and not (d.validation and d.ood_validation):
+        raise ValueError("the circuit strategy searches on validation data: set "
+                         "data.validation and data.ood_validation")  # fmt: skip
+    labelled = {"train": d.train, "test": d.test}
+    if needs_validation:
+        labelled["validation"] = d.validation
+    for key, spec in labelled.items():
+        if not spec:
+            raise ValueError(f"data.{key} is not set: give a source such as csv:{key}.csv")
+    raw = {key: files.read(spec, columns, data_dir) for key, spec in labelled.items()}
+    ood_specs = named_specs(d.ood, "data.ood")
+    ood_val_specs = named_specs(d.ood_validation, "data.ood_validation") if needs_validation else {}
+    ood = {n: files.read(s, columns, data_dir, labelled=False) for n, s in ood_specs.items()}
+    ood_val = [files.read(s, columns, data_dir, labelled=False) for s in ood_val_specs.values()]
+    kinds = {split.origin: split.is_images for split in [*raw.values(), *ood.values(), *ood_val]}
+    if len(set(kinds.values())) > 1:
+        images = sorted(o for o, is_images in kinds.items() if is_images)
+        raise DataError(f"text and images mixed in one study: images in {', '.join(images)}")
+    classes = ClassNames.build(raw["train"].labels, files.checkpoint_id2label(checkpoint),
+                               raw["train"].origin)  # fmt: skip
+    for split in raw.values():  # every label checked before anything is preprocessed
+        classes.encode(split.labels, split.origin)
+    encoder = None if raw["train"].is_images else TextEncoder(checkpoint, d.max_tokens)
+
+    def prepare(split: files.RawSplit, limit: int, labels: bool = True) -> Dataset:
+        if limit and limit < len(split):
+            index = np.sort(np.random.default_rng(0).permutation(len(split))[:limit])
+            split = dataclasses.replace(split, **{
+                f.name: [getattr(split, f.name)[i] for i in index]
+                for f in dataclasses.fields(split)
+                if f.name != "origin" and getattr(split, f.name) is not None
+            })  # fmt: skip
+        return files.to_dataset(split, checkpoint, classes if labels else None, encoder)
+
+    ood_limit = min((n for n in (d.eval_limit, d.ood_limit) if n), default=0)
+    study = study_data.StudyData(
+        train=prepare(raw["train"], d.train_limit),
+        test=prepare(raw["test"], d.eval_limit),
+        ood={name: prepare(split, ood_limit, labels=False) for name, split in ood.items()},
+    )
+    validation = prepare(raw["validation"], d.eval_limit) if needs_validation else None
+    pooled = concat_all([prepare(s, ood_limit, False) for s in ood_val]) if ood_val else None
+    return UserData(study, classes, validation, pooled, encoder)

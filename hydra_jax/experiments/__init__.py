@@ -5,7 +5,7 @@
 | `study` | members, Hydras, single-pass ensembles: what the methods name | every method named |
 | `pruning` | head scores, HIES's alpha per ratio | pruning curves of the base model |
 | `ablations` | members per ensemble size and head-set strategy | averaged vs per-member MLPs |
-| `zero_shot` | a dual encoder (locked text), zero-shot member head sets | zero-shot Hydras |
+| `zero_shot` | a dual encoder (locked text), the engine's Hydras | seen vs held-out classes too |
 
 `study` (the `engine` module) runs every study whose rows are methods: the baselines, the
 Hydra tables and your checkpoint on your files are configs of it (`configs/minilm_mr.py`,

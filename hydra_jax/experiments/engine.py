@@ -263,7 +263,7 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
     if plan.trains_members and not plan.zero_shot:
         trained = train_members(config, workdir, plan, base, data)
         single = trained[0]
-    record = build_hydras(config, workdir, plan, single, data)
+    record = build_hydras(config, workdir, plan, single, data.study.train, data.validation)
     for kind in plan.efficient:
         train_efficient(config, workdir, kind, base, single, data)
     if data.classes is not None:
@@ -291,17 +291,18 @@ def train_members(
 
 
 def build_hydras(
-    config: ml_collections.ConfigDict, workdir: Workdir, plan: Plan, single: Model, data: Data
-) -> dict[str, list]:
-    """Per strategy: member head sets from `single`, the members fine-tuned (zero-shot: pruned
+    config: ml_collections.ConfigDict, workdir: Workdir, plan: Plan, single: Model,
+    train_set: Dataset, validation: Callable[[], tuple[Dataset | None, Dataset | None]],
+) -> dict[str, list]:  # fmt: skip
+    """Per strategy of `plan`: member head sets from `single` (calibrated on `train_set`; the
+    circuit search on `validation()`), the members fine-tuned on `train_set` (zero-shot: pruned
     as they are), fused, saved with member 0 alone. Returns the head sets."""
     seeds = members.member_seeds(plan.members_config, config.get("num_members", 0))
-    train_set = data.study.train
     record: dict[str, list] = {}
     steps: dict[Any, Any] = {}  # compiled train steps (`shared_step`): members', fused ones'
     for strategy in plan.strategies:
         with workdir.stage(f"{strategy}: head sets"):
-            sets = members.head_sets(config, strategy, single, train_set, seeds, data.validation)
+            sets = members.head_sets(config, strategy, single, train_set, seeds, validation)
         record[strategy] = sets.astype(int).tolist()
         verb = "prune" if plan.zero_shot else "fine-tune"
         with workdir.stage(f"{strategy}: {verb} members"):
@@ -345,11 +346,14 @@ def train_efficient(
 
 
 def evaluate(
-    config: ml_collections.ConfigDict, workdir: Workdir | Path, extra: Sequence[Evaluator] = ()
+    config: ml_collections.ConfigDict,
+    workdir: Workdir | Path,
+    extra: Callable[[study_data.StudyData], Sequence[Evaluator]] = lambda study: (),
 ) -> dict[str, Any]:
     """Evaluates every method of `config.methods` from what `train` wrote (the members in
     `base_workdir` where the config names one); trains nothing. Writes results.json,
-    report.md, plots/ and predictions/."""
+    report.md, plots/ and predictions/. `extra(study)` gives evaluators beyond the standard
+    ones (`evaluators.standard`), made from the study's sets."""
     workdir = Workdir.of(workdir)
     workdir.check(config)
     base = Workdir(config.base_workdir) if config.get("base_workdir") else workdir
@@ -358,7 +362,7 @@ def evaluate(
     with workdir.stage("load data"):
         to_evaluate = methods.build(config.methods, trained)
         data = load_data(members_config, trained.member(0))
-    return evaluate_methods(config, workdir, to_evaluate, data.study, extra)
+    return evaluate_methods(config, workdir, to_evaluate, data.study, extra(data.study))
 
 
 def published(workdir: Workdir | Path, indices: list[int]) -> tuple[list[Model], Data, Any]:

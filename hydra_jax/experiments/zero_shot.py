@@ -10,16 +10,18 @@
      `circuit.objectives[m]` on its own uncertainty-validation subset) and `taylor` (HIS on its
      own calibration subset). Validation and calibration images come from the seen classes only,
      so nothing about a held-out class reaches the model, not even through head selection.
-`evaluate(config, workdir)`: `single` (the zero-shot classifier), `pruned_circuit` (member 0 of
-the circuit Hydra alone: the single circuit, our CircAvg), `hydra_taylor`, `hydra_circuit`
-(members fused, no training); the usual metrics and costs, then accuracy, NLL and ECE on the
-seen and held-out classes separately, and misclassification detection (wrong = positive).
+  3. the classifier and, per strategy, the fused Hydra and its member 0 saved as the study
+     engine saves them (`zero_shot/`, `fused/S`, `pruned/S`; `engine.build_hydras`).
+`evaluate(config, workdir)` (`engine.evaluate`): `single` (the zero-shot classifier),
+`pruned_circuit` (member 0 of the circuit Hydra alone: the single circuit, our CircAvg),
+`hydra_taylor`, `hydra_circuit` (members fused, no training); the usual metrics and costs, then
+accuracy, NLL and ECE on the seen and held-out classes separately, and misclassification
+detection (wrong = positive).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -28,15 +30,15 @@ import jax
 import ml_collections
 import numpy as np
 
-from hydra_jax import ensembles, metrics
+from hydra_jax import metrics
 from hydra_jax.convert import from_pretrained
+from hydra_jax.convert.native import save_model
 from hydra_jax.data import TextEncoder
-from hydra_jax.evaluation import Method, logits_forward
-from hydra_jax.experiments import artefacts, members, study_data
-from hydra_jax.experiments.evaluators import evaluate_methods
+from hydra_jax.evaluation import Method
+from hydra_jax.experiments import artefacts, engine, study_data
 from hydra_jax.experiments.members import training_seed
 from hydra_jax.experiments.workdir import Workdir
-from hydra_jax.models import DualEncoderConfig, Model, prompts, with_dtype, zero_shot
+from hydra_jax.models import DualEncoderConfig, Model, prompts, zero_shot
 from hydra_jax.training import TrainSettings, fit, locked_text_contrastive_loss
 
 # Fashion-MNIST's classes as captions name them (label order of the dataset).
@@ -44,7 +46,6 @@ CLASS_NAMES = (
     "t-shirt", "trouser", "pullover", "dress", "coat",
     "sandal", "shirt", "sneaker", "bag", "ankle boot",
 )  # fmt: skip
-STRATEGIES = ("taylor", "circuit")
 
 
 def hf_dir(workdir: Path) -> Path:
@@ -87,12 +88,14 @@ def classifier(config: ml_collections.ConfigDict, workdir: Path) -> Model:
 
 
 def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
-    """Trains and publishes the dual encoder (resuming), then finds the member head sets."""
+    """Trains and publishes the dual encoder (resuming); saves its zero-shot classifier, then
+    the member head sets and each strategy's fused Hydra and pruned member 0 (untrained)."""
     workdir = Workdir.of(workdir)
     settings = TrainSettings(**config.train.to_dict(), seed=training_seed(config, 0))
     unknown = sorted(set(config.methods) - set(METHODS))
     if unknown:  # before the dual encoder trains, not at evaluation
         raise ValueError(f"unknown zero-shot methods {unknown}; known: {list(METHODS)}")
+    plan = dataclasses.replace(engine.Plan.of(config, workdir), zero_shot=True)
     workdir.claim(config)
     if not (hf_dir(workdir.path) / "config.json").is_file():
         with workdir.stage("train dual encoder"):
@@ -108,32 +111,17 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
             artefacts.publish(trained, hf_dir(workdir.path), our_pixels=True,
                               files_from=study_data.checkpoint_dir(config))  # fmt: skip
     single = classifier(config, workdir.path)
+    save_model(single, artefacts.zero_shot_dir(workdir.path))
     id_val, ood_val = study_data.validation_sets(config)
-    id_val = only_seen(config, id_val)
-    seeds = members.member_seeds(config, config.num_members)
-    record = {}
-    for strategy in STRATEGIES:  # calibration and circuit search on seen-class images only
-        with workdir.stage(f"{strategy}: head sets"):
-            sets = members.head_sets(config, strategy, single, id_val, seeds,
-                                     lambda: (id_val, ood_val))  # fmt: skip
-        record[strategy] = sets.astype(int).tolist()
+    id_val = only_seen(config, id_val)  # calibration and circuit search: seen classes only
+    record = engine.build_hydras(config, workdir, plan, single, id_val, lambda: (id_val, ood_val))
     workdir.write_json("head_sets.json", record)
     workdir.save_stages()
     return record
 
 
-# The zero-shot study's methods (`methods` builds each; `train` refuses any other name).
+# The zero-shot study's methods (`train` refuses any other name).
 METHODS = ("single", "pruned_circuit", "hydra_taylor", "hydra_circuit")
-
-
-def methods(config: ml_collections.ConfigDict, workdir: Path) -> list[Method]:
-    single = classifier(config, workdir)
-    sets = json.loads((workdir / "head_sets.json").read_text())
-    members = {s: ensembles.members_from(single, np.array(sets[s], bool)) for s in STRATEGIES}
-    built = (single, members["circuit"][0], ensembles.fuse(members["taylor"]),
-             ensembles.fuse(members["circuit"]))  # in the order of METHODS  # fmt: skip
-    models = {n: with_dtype(m, config.eval.dtype) for n, m in zip(METHODS, built, strict=True)}
-    return [Method(n, logits_forward(models[n]), models[n].params) for n in config.methods]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,17 +146,16 @@ class ZeroShot:
 
 
 def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
-    workdir = Workdir.of(workdir)
-    workdir.check(config)
-    workdir.require(workdir / "head_sets.json", "head sets")
-    with workdir.stage("load"):
-        to_evaluate = methods(config, workdir.path)
-        study = study_data.load_data(config)
-    held_out = ~np.isin(study.test.labels, seen_classes(config))
-    if held_out.all() or not held_out.any():
-        raise ValueError("the ID test set needs images of both seen and held-out classes")
-    zero_shot_split = ZeroShot(held_out, tuple(config.held_out))
-    return evaluate_methods(config, workdir, to_evaluate, study, extra=[zero_shot_split])
+    """Every method from what `train` saved (`engine.evaluate`), with the seen vs held-out
+    classes split (`ZeroShot`)."""
+
+    def held_out_split(study: study_data.StudyData) -> list[ZeroShot]:
+        held_out = ~np.isin(study.test.labels, seen_classes(config))
+        if held_out.all() or not held_out.any():
+            raise ValueError("the ID test set needs images of both seen and held-out classes")
+        return [ZeroShot(held_out, tuple(config.held_out))]
+
+    return engine.evaluate(config, workdir, extra=held_out_split)
 
 
 def markdown(methods: dict[str, Any], held_out: Sequence[str]) -> list[str]:

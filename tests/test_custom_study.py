@@ -25,9 +25,10 @@ from PIL import Image
 
 import hydra_jax as hj
 from configs import custom as custom_config
+from configs import prune_minilm_mr
 from hydra_jax import testing
 from hydra_jax.data.files import DataError
-from hydra_jax.experiments import engine
+from hydra_jax.experiments import engine, pruning
 from hydra_jax.models import (
     BertConfig,
     CLIPClassifierConfig,
@@ -174,6 +175,14 @@ def test_image_study_with_folders_and_npz_ood_sets(tmp_path, vit_dir):
     assert np.array(sets).shape == (2, 2, 2)  # [M, L, N]: members of one head per layer
     assert np.all(np.array(sets).sum(-1) == 1)
     assert results["methods"]["single"]["ood"]["noise"]["auroc"] >= 0
+    # Pruning curves of that run's member 0, on its files (HIES's alpha on data.validation).
+    prune = prune_minilm_mr.get_config("smoke")
+    prune.base_workdir = str(tmp_path / "run")
+    pruning.train(prune, tmp_path / "prune")
+    curves = pruning.evaluate(prune, tmp_path / "prune")["curves"]
+    assert set(curves) == set(prune.criteria)
+    assert curves["his"]["0.0"]["acc"] == results["methods"]["single"]["id"]["acc"]  # unpruned
+    assert curves["his"]["0.6"]["heads_kept"] == 2  # of 4
     # No validation data for the circuit strategy: refused before anything is written.
     config.data.ood_validation = ""
     with pytest.raises(ValueError, match=r"set data\.validation and data\.ood_validation"):

@@ -55,14 +55,19 @@ from hydra_jax.training import TrainSettings, fit
 @dataclasses.dataclass(frozen=True)
 class Data:
     """A study's sets, and what its data decide besides: the number of classes, their names
-    (labelled files), the tokenizer (text) and circuit search's ID and pooled OOD validation
-    sets (`validation()`, read when a strategy needs them)."""
+    (labelled files), the tokenizer (text) and the ID and pooled OOD validation sets (read when
+    asked for; None where the study has none)."""
 
     study: study_data.StudyData
     num_classes: int
-    validation: Callable[[], tuple[Dataset | None, Dataset | None]]
+    id_validation: Callable[[], Dataset | None]
+    ood_validation: Callable[[], Dataset | None]
     classes: ClassNames | None = None
     encoder: TextEncoder | None = None
+
+    def validation(self) -> tuple[Dataset | None, Dataset | None]:
+        """Circuit search's ID and pooled OOD validation sets."""
+        return self.id_validation(), self.ood_validation()
 
 
 def from_files(config: ml_collections.ConfigDict) -> bool:
@@ -81,11 +86,12 @@ def load_data(config: ml_collections.ConfigDict, model: Model | None = None) -> 
         user = user_files.load(config)
         if model is not None and user.encoder is not None:
             study_data.check_vocabulary(user.encoder, model, Path(config.model))
-        validation = lambda: (user.validation, user.ood_validation)  # noqa: E731
-        return Data(user.study, len(user.classes.names), validation, user.classes, user.encoder)
+        return Data(user.study, len(user.classes.names), lambda: user.validation,
+                    lambda: user.ood_validation, user.classes, user.encoder)  # fmt: skip
     study = study_data.load_data(config, model)
-    validation = functools.partial(study_data.validation_sets, config)
-    return Data(study, study_data.num_classes(config), validation)
+    return Data(study, study_data.num_classes(config),
+                functools.partial(study_data.id_validation, config),
+                functools.partial(study_data.ood_validation, config))  # fmt: skip
 
 
 def checkpoint(config: ml_collections.ConfigDict) -> Path | None:

@@ -5,7 +5,8 @@ seeds, l2, his, ad, hies), heads are removed by global top-k with no fine-tuning
 model is scored on the ID test set (accuracy, stability, ECE, NLL) and the OOD test sets (MSP
 AUROC). HIES's alpha is chosen per ratio on the ID validation split. `train` scores the heads
 and chooses the alphas (`scores.npz`, `hies_alpha.json`); `evaluate` draws the curves from
-them. Stability is OUR
+them. The base model is member 0 of any study engine run (`base_workdir`), on its data: the
+embedded sets, or your files (whose run then needs `data.validation`). Stability is OUR
 definition (the HIES paper gives none): the percentage of test examples whose predicted class
 equals the unpruned model's.
 """
@@ -23,7 +24,7 @@ from hydra_jax import metrics
 from hydra_jax.data import Dataset, labelled_batches, subset
 from hydra_jax.evaluation import Method, predict, softmax
 from hydra_jax.evaluation.report import pyplot
-from hydra_jax.experiments import engine, study_data
+from hydra_jax.experiments import engine
 from hydra_jax.experiments.workdir import Workdir
 from hydra_jax.heads import hies, his_and_entropy, keep_mask, score
 from hydra_jax.models import Model
@@ -85,8 +86,11 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> None:
     curves prune one-shot, in `evaluate`)."""
     workdir = Workdir.of(workdir)
     with workdir.stage("load"):
-        (model,), data, base = engine.published(config.base_workdir, [0])
-        validation = study_data.load_split(base, base.data.id_set, "validation")
+        (model,), data, _ = engine.published(config.base_workdir, [0])
+        validation = data.id_validation()
+        if validation is None:
+            raise ValueError(f"HIES's alpha is chosen on validation data, but the run in "
+                             f"{config.base_workdir} has none (data.validation)")  # fmt: skip
         calibration = labelled_batches(
             data.study.train,
             config.calibration_size,

@@ -157,13 +157,21 @@ def load_data(config: ml_collections.ConfigDict, model: Model | None = None) -> 
     )  # fmt: skip
 
 
+def id_validation(config: ml_collections.ConfigDict) -> Dataset:
+    """The study's ID validation split."""
+    return load_split(config, config.data.id_set, "validation")
+
+
+def ood_validation(config: ml_collections.ConfigDict) -> Dataset:
+    """The study's OOD validation splits, pooled."""
+    encoder = None if is_images(config) else text_encoder(config)
+    return concat_all([load_split(config, n, "validation", encoder=encoder)
+                       for n in config.data.ood_sets])  # fmt: skip
+
+
 def validation_sets(config: ml_collections.ConfigDict) -> tuple[Dataset, Dataset]:
     """The study's ID validation split and its OOD validation splits pooled."""
-    encoder = None if is_images(config) else text_encoder(config)
-    id_val = load_split(config, config.data.id_set, "validation", encoder=encoder)
-    ood_val = concat_all([load_split(config, n, "validation", encoder=encoder)
-                          for n in config.data.ood_sets])  # fmt: skip
-    return id_val, ood_val
+    return id_validation(config), ood_validation(config)
 
 
 def latency_batch(config: ml_collections.ConfigDict, study: StudyData) -> dict[str, np.ndarray]:

@@ -41,7 +41,8 @@ class UserData:
 
 def load(config: ml_collections.ConfigDict) -> UserData:
     """Reads every split named by `config.data`, checks it, then preprocesses it with the files
-    of the checkpoint `config.model`; the limits cut fixed random subsets (seed 0).
+    of the checkpoint `config.model`; the limits cut fixed random subsets (seed 0). The
+    validation sets are optional, unless a circuit strategy searches on them.
 
     Raises:
       DataError: a split that cannot be used, named with its file and problem.
@@ -53,15 +54,14 @@ def load(config: ml_collections.ConfigDict) -> UserData:
     if needs_validation and not (d.validation and d.ood_validation):
         raise ValueError("the circuit strategy searches on validation data: set "
                          "data.validation and data.ood_validation")  # fmt: skip
-    labelled = {"train": d.train, "test": d.test}
-    if needs_validation:
-        labelled["validation"] = d.validation
-    for key, spec in labelled.items():
-        if not spec:
+    for key in ("train", "test"):
+        if not d[key]:
             raise ValueError(f"data.{key} is not set: give a source such as csv:{key}.csv")
+    labelled = {"train": d.train, "test": d.test, **({"validation": d.validation} if d.validation
+                                                    else {})}  # fmt: skip
     raw = {key: files.read(spec, columns, data_dir) for key, spec in labelled.items()}
     ood_specs = named_specs(d.ood, "data.ood")
-    ood_val_specs = named_specs(d.ood_validation, "data.ood_validation") if needs_validation else {}
+    ood_val_specs = named_specs(d.ood_validation, "data.ood_validation")
     ood = {n: files.read(s, columns, data_dir, labelled=False) for n, s in ood_specs.items()}
     ood_val = [files.read(s, columns, data_dir, labelled=False) for s in ood_val_specs.values()]
     kinds = {split.origin: split.is_images for split in [*raw.values(), *ood.values(), *ood_val]}
@@ -90,6 +90,6 @@ def load(config: ml_collections.ConfigDict) -> UserData:
         test=prepare(raw["test"], d.eval_limit),
         ood={name: prepare(split, ood_limit, labels=False) for name, split in ood.items()},
     )
-    validation = prepare(raw["validation"], d.eval_limit) if needs_validation else None
+    validation = prepare(raw["validation"], d.eval_limit) if "validation" in raw else None
     pooled = concat_all([prepare(s, ood_limit, False) for s in ood_val]) if ood_val else None
     return UserData(study, classes, validation, pooled, encoder)

@@ -1,9 +1,9 @@
 """Hydra ablations on the Fashion-MNIST ViT (member 0 of configs/vit_fmnist.py): ensemble size M
 in {2, 3, 4, 6} (12 / M heads per member), overlapping (taylor) vs disjoint (stratified) head
 sets with their measured overlap, averaged vs per-member MLPs, and member disagreement before
-and after fusion (hydra_jax/experiments/ablations.py). Members are fine-tuned for one epoch on a
-fixed 10,000 training images; evaluated on a fixed 2,000 of the test images and 1,000 images of
-each OOD test set.
+and after fusion (the `ablations` analysis, hydra_jax/experiments/ablations.py). Members are
+fine-tuned for one epoch on a fixed 10,000 training images; evaluated on a fixed 2,000 of the
+test images and 1,000 images of each OOD test set.
 
     python train.py --config configs/ablate_vit_fmnist.py --workdir runs/ablate_vit_fmnist
     python evaluate.py --config configs/ablate_vit_fmnist.py --workdir runs/ablate_vit_fmnist
@@ -20,11 +20,13 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if arg not in ("", "demo", "smoke"):
         raise ValueError(f"unknown config variant {arg!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
-    c.experiment = "ablations"
     c.title = "Hydra ablations: ViT on Fashion-MNIST"
     c.base_workdir = "runs/vit_fmnist"
-    c.sizes = (2, 3, 4, 6)
-    c.strategies = ("taylor", "stratified")
+    c.methods = ()  # no rows of methods: the study is its analysis
+    c.analyses = ("ablations",)
+    c.ablations = ml_collections.ConfigDict(
+        dict(sizes=(2, 3, 4, 6), strategies=("taylor", "stratified"))
+    )
     c.calibration_size = 256  # Taylor: member m's random training subset
     c.hies_alphas = (0.5,)  # read by the shared head-set code only for `hies`
     c.circuit = ml_collections.ConfigDict(dict(examples=256, objectives=("nll",)))
@@ -46,7 +48,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if arg == "smoke":
         c.title += " (smoke)"
         c.base_workdir = "runs/smoke_vit"
-        c.sizes = (2, 3)
+        c.ablations.sizes = (2, 3)
         c.calibration_size = 16
         c.data.update(train_limit=64, eval_limit=40, ood_limit=48)
         c.eval.update(batch_size=32, latency_batch=8)

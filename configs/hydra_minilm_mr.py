@@ -36,7 +36,6 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if variant not in ("", "demo", "smoke"):
         raise ValueError(f"unknown config variant {variant!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
-    c.experiment = "study"
     c.title = "Hydra Ensembles: MiniLM-L6 on Rotten Tomatoes sentences"
     c.base_workdir = "runs/minilm_mr"
     c.num_members = 3

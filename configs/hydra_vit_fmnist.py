@@ -26,7 +26,6 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if variant not in ("", "demo", "smoke"):
         raise ValueError(f"unknown config variant {variant!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
-    c.experiment = "study"
     c.title = "Hydra Ensembles: ViT on Fashion-MNIST"
     c.base_workdir = "runs/vit_fmnist"
     c.num_members = 3

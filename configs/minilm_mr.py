@@ -36,7 +36,6 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if variant not in ("", "demo", "smoke"):
         raise ValueError(f"unknown config variant {variant!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
-    c.experiment = "study"
     c.title = "MiniLM-L6 on Rotten Tomatoes sentences"
     c.seed = int(seed or 0)  # the study seed: every training seed is offset by 1000 * seed
     c.checkpoint = ""  # a local HF directory; "" = the embedded all-MiniLM-L6-v2

@@ -33,7 +33,6 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if variant not in ("", "demo", "smoke"):
         raise ValueError(f"unknown config variant {variant!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
-    c.experiment = "study"
     c.title = "ViT from scratch on Fashion-MNIST"
     c.seed = int(seed or 0)
     c.data_dir = ""  # "" = $HYDRA_JAX_DATA or ~/.cache/hydra_jax

@@ -27,7 +27,6 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if variant not in ("", "demo", "smoke"):
         raise ValueError(f"unknown config variant {variant!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
-    c.experiment = "zero_shot"
     c.title = "Zero-shot Hydra: ViT-MiniLM dual encoder on Fashion-MNIST"
     c.seed = int(seed or 0)
     c.checkpoint = ""  # the text tower: a local HF BERT directory; "" = all-MiniLM-L6-v2
@@ -37,10 +36,20 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
              attention_dropout=0.0)
     )  # fmt: skip
     c.projection_dim = 64
-    c.held_out = ("trouser", "sandal", "bag")  # never seen in training, nor in head selection
-    c.templates = (
-        "a photo of a {}.", "a black and white photo of a {}.", "a low resolution photo of a {}.",
-        "a grayscale photo of a {}.", "a product photo of a {}.", "a small photo of the {}.",
+    # A zero-shot classifier (of the dual encoder trained here: `model` is a ViT to train from
+    # scratch beside the locked text tower of `checkpoint`): prompts from the templates filled
+    # with each class name, no classifier trained.
+    c.zero_shot = ml_collections.ConfigDict(
+        dict(
+            enabled=True,
+            templates=(
+                "a photo of a {}.", "a black and white photo of a {}.",
+                "a low resolution photo of a {}.", "a grayscale photo of a {}.",
+                "a product photo of a {}.", "a small photo of the {}.",
+            ),
+            # Never seen in training, nor in head selection.
+            held_out=("trouser", "sandal", "bag"),
+        )
     )  # fmt: skip
     c.data = ml_collections.ConfigDict(
         dict(

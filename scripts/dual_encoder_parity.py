@@ -22,7 +22,7 @@ import transformers
 import hydra_jax as hj
 from hydra_jax import data
 from hydra_jax.data import TextEncoder
-from hydra_jax.experiments.zero_shot import CLASS_NAMES
+from hydra_jax.experiments.study_data import CLASS_NAMES
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from configs import zero_shot_fmnist
@@ -33,11 +33,12 @@ def main() -> int:
     parser.add_argument("path", type=Path)
     parser.add_argument("--images", type=int, default=64)
     args = parser.parse_args()
-    templates = zero_shot_fmnist.get_config().templates
+    templates = zero_shot_fmnist.get_config().zero_shot.templates
+    classes = CLASS_NAMES["fashion_mnist"]
     images, _ = data.load_images("fashion_mnist", "test", data.default_data_dir())
     pixels = data.to_pixels(images[: args.images])
     encoder = TextEncoder(args.path, max_tokens=32)
-    batch = encoder.pad(hj.models.prompts(CLASS_NAMES, templates))
+    batch = encoder.pad(hj.models.prompts(classes, templates))
     ours = hj.from_pretrained(args.path)
     ref = transformers.VisionTextDualEncoderModel.from_pretrained(args.path).eval()
     with torch.no_grad():
@@ -49,8 +50,8 @@ def main() -> int:
         diff = float(np.abs(np.asarray(getattr(out, name)) - getattr(expected, name).numpy()).max())
         worst = max(worst, diff)
         print(f"{name:<18} max |ours - transformers| = {diff:.2e}")
-    classifier = hj.zero_shot(ours, CLASS_NAMES, templates, encoder.pad)
-    text = expected.text_embeds.numpy().reshape(len(CLASS_NAMES), len(templates), -1).mean(1)
+    classifier = hj.zero_shot(ours, classes, templates, encoder.pad)
+    text = expected.text_embeds.numpy().reshape(len(classes), len(templates), -1).mean(1)
     text /= np.linalg.norm(text, axis=-1, keepdims=True)
     direct = np.exp(ref.logit_scale.item()) * expected.image_embeds.numpy() @ text.T
     diff = float(np.abs(np.asarray(classifier(pixel_values=pixels).logits) - direct).max())

@@ -28,7 +28,7 @@ from configs import custom as custom_config
 from configs import prune_minilm_mr
 from hydra_jax import testing
 from hydra_jax.data.files import DataError
-from hydra_jax.experiments import engine, pruning
+from hydra_jax.experiments import engine
 from hydra_jax.models import (
     BertConfig,
     CLIPClassifierConfig,
@@ -178,9 +178,9 @@ def test_image_study_with_folders_and_npz_ood_sets(tmp_path, vit_dir):
     # Pruning curves of that run's member 0, on its files (HIES's alpha on data.validation).
     prune = prune_minilm_mr.get_config("smoke")
     prune.base_workdir = str(tmp_path / "run")
-    pruning.train(prune, tmp_path / "prune")
-    curves = pruning.evaluate(prune, tmp_path / "prune")["curves"]
-    assert set(curves) == set(prune.criteria)
+    engine.train(prune, tmp_path / "prune")
+    curves = engine.evaluate(prune, tmp_path / "prune")["curves"]
+    assert set(curves) == set(prune.pruning_curves.criteria)
     assert curves["his"]["0.0"]["acc"] == results["methods"]["single"]["id"]["acc"]  # unpruned
     assert curves["his"]["0.6"]["heads_kept"] == 2  # of 4
     # No validation data for the circuit strategy: refused before anything is written.
@@ -233,7 +233,8 @@ def by_hand(texts: list[str], length: int) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("family", ["clip", "siglip"])
 def test_a_zero_shot_hydra_on_a_dual_encoder(tmp_path, vit_dir, family):
     """`zero_shot.enabled`: prompts name the class folders, nothing trains, the Hydra's members
-    are the zero-shot classifier pruned and fused as they are. SigLIP pads its prompts to its 8
+    are the zero-shot classifier pruned and fused as they are; a held-out class is reported
+    apart. SigLIP pads its prompts to its 8
     positions (its text tower reads the last one), CLIP to the longest."""
     path = dual_encoder_dir(family, tmp_path / family)
     folders = {s: image_folder(tmp_path / s, np.random.default_rng(3), 8) for s in ("a", "b")}
@@ -243,16 +244,25 @@ def test_a_zero_shot_hydra_on_a_dual_encoder(tmp_path, vit_dir, family):
     study.data.update(train=f"folder:{folders['a']}", test=f"folder:{folders['b']}")
     study.zero_shot.update(enabled=True, templates=templates)
     run = tmp_path / "run"
-    with pytest.raises(ValueError, match=r"trains nothing, so \['deep_ensemble'\] cannot run"):
+    with pytest.raises(ValueError, match=r"no classifier, so \[.deep_ensemble.\] cannot run"):
         engine.train(study, run)
     study.update(model=str(vit_dir), methods="single,pruned_taylor,hydra_taylor")
     with pytest.raises(DataError, match=r"needs a dual encoder \(CLIP, SigLIP, ViT-BERT\)"):
         engine.train(study, run)
     assert not run.exists()
     study.model = str(path)
+    study.zero_shot.held_out = ("dark",)  # kept out of head selection, reported apart
+    study.calibration_size = 8  # the training images of the seen class
+    assert set(engine.load_data(study).study.train.labels) == {0}
     engine.train(study, run)
     results = engine.evaluate(study, run)
     assert set(results["methods"]) == {"single", "pruned_taylor", "hydra_taylor"}
+    with np.load(run / "predictions" / "single.npz") as npz:
+        probs, labels = npz["id_probs"], npz["labels"]
+    held = labels == 1  # "dark", the second class by name
+    split = results["methods"]["single"]["zero_shot"]
+    assert split["held_out"] == hj.metrics.classification(probs[held], labels[held])
+    assert split["seen"] == hj.metrics.classification(probs[~held], labels[~held])
     saved = hj.load_model(run / "zero_shot")
     length = 8 if family == "siglip" else 7  # the longest prompt: 6 words, ".", EOS
     expected = hj.models.prompt_embeddings(hj.from_pretrained(path), ("bright", "dark"),

@@ -25,6 +25,7 @@ from configs import (
     hydra_vit_fmnist,
     minilm_mr,
     prune_minilm_mr,
+    prune_vit_fmnist,
     vit_fmnist,
     zero_shot_fmnist,
 )
@@ -32,15 +33,7 @@ from hydra_jax import metrics, testing
 from hydra_jax.data import random_tokens
 from hydra_jax.ensembles import STRATEGIES
 from hydra_jax.evaluation import method_metrics, predict, softmax, xla_flops
-from hydra_jax.experiments import (
-    ablations,
-    engine,
-    members,
-    methods,
-    pruning,
-    study_data,
-    zero_shot,
-)
+from hydra_jax.experiments import engine, members, methods, study_data
 from hydra_jax.experiments.workdir import Workdir, WorkdirError, flat
 from hydra_jax.models import BertConfig, EncoderConfig
 
@@ -232,21 +225,23 @@ def test_a_study_seed_offsets_training_seeds_and_names_its_base_workdir():
     assert hydra_vit_fmnist.get_config(",1").base_workdir == "runs/vit_fmnist_seed1"
 
 
-ENGINE_CONFIGS = [minilm_mr, hydra_minilm_mr, vit_fmnist, hydra_vit_fmnist, custom]
+CONFIGS = [minilm_mr, hydra_minilm_mr, vit_fmnist, hydra_vit_fmnist, prune_minilm_mr,
+           prune_vit_fmnist, ablate_vit_fmnist, zero_shot_fmnist, custom]  # fmt: skip
 
 
-@pytest.mark.parametrize("module", ENGINE_CONFIGS)
-def test_every_variant_of_the_engine_configs_can_run(module):
-    """Each variant's methods, strategies and per-member settings fit together (a smoke variant
-    with two HIES alphas for three members once failed after its members had trained)."""
+@pytest.mark.parametrize("module", CONFIGS)
+def test_every_variant_of_every_config_can_run(module):
+    """Each variant's methods, strategies, analyses and per-member settings fit together (a
+    smoke variant with two HIES alphas for three members once failed after its members had
+    trained)."""
     for variant in ("", "demo", "smoke"):
         try:
             config = module.get_config(variant)
         except ValueError:  # a config without this variant
             continue
-        assert config.experiment == "study"
-        names, strategies = engine.check(config)
-        assert names and set(strategies) <= set(STRATEGIES)
+        names, strategies, analyses = engine.check(config)
+        assert (names or analyses) and set(strategies) <= set(STRATEGIES)
+        assert set(analyses) <= set(engine.ANALYSES)
 
 
 # ------------------------------------------------------------------ a workdir belongs to one config
@@ -340,10 +335,11 @@ def test_pruning_curves_smoke(smoke_run, tmp_path):
     _, workdir, _ = smoke_run
     config = prune_minilm_mr.get_config("smoke")
     config.base_workdir = str(workdir)
-    config.ratios = (0.0, 0.5)
-    config.alphas = (0.0, 1.0)
-    pruning.train(config, tmp_path)  # scores the heads, chooses the alphas
-    results = pruning.evaluate(config, tmp_path)
+    config.pruning_curves.update(ratios=(0.0, 0.5), alphas=(0.0, 1.0))
+    engine.train(config, tmp_path)  # scores the heads, chooses the alphas
+    assert not (tmp_path / "predictions").exists()  # no methods
+    results = engine.evaluate(config, tmp_path)
+    assert "methods" not in results
     curves = results["curves"]
     assert set(curves) == {"random", "l2", "his", "ad", "hies"}
     unpruned = {c: curves[c]["0.0"] for c in curves}
@@ -398,15 +394,15 @@ def test_bad_training_settings_are_refused_before_the_workdir_is_claimed(smoke_r
     alphas = hydra_minilm_mr.get_config("smoke")
     alphas.base_workdir = str(workdir)
     alphas.hies_alphas = (0.3, 0.7)
-    for study, config, message in [
-        (engine, fused, "train.epochs must be finite, got inf"),
-        (engine, alphas, "config.hies_alphas has 2 alphas for 3 members"),
-        (ablations, members, "train.learning_rate must be finite, got nan"),
-        (zero_shot, dual, "train.batch_size must be positive, got 0"),
+    for config, message in [
+        (fused, "train.epochs must be finite, got inf"),
+        (alphas, "config.hies_alphas has 2 alphas for 3 members"),
+        (members, "train.learning_rate must be finite, got nan"),
+        (dual, "train.batch_size must be positive, got 0"),
     ]:
         with pytest.raises(ValueError, match=message):
-            study.train(config, tmp_path / study.__name__)
-        assert not (tmp_path / study.__name__).exists()
+            engine.train(config, tmp_path / "never_claimed")
+        assert not (tmp_path / "never_claimed").exists()
 
 
 def test_rerunning_train_on_a_finished_run_keeps_its_timings(smoke_run):

@@ -33,3 +33,18 @@ def test_same_predictions_passes_equal_runs_and_fails_different_or_empty_ones(tm
     (tmp_path / "e").mkdir()
     (tmp_path / "f").mkdir()
     assert same_predictions.main([str(tmp_path / "e"), str(tmp_path / "f")]) == 1  # nothing
+
+
+def test_same_predictions_compares_head_sets_under_either_file_name(tmp_path):
+    """Ablation head sets were in head_sets.json before the study engine, and are in
+    ablation_head_sets.json since: a run of each compares; a different set fails."""
+    sets, changed = {"M2_taylor": [[[1, 0]], [[0, 1]]]}, {"M2_taylor": [[[1, 0]], [[1, 0]]]}
+    old, new, other = (tmp_path / n for n in ("old", "new", "other"))
+    for run, name, value in [(old, "head_sets.json", sets),
+                             (new, "ablation_head_sets.json", sets),
+                             (other, "ablation_head_sets.json", changed)]:  # fmt: skip
+        run.mkdir()
+        (run / name).write_text(json.dumps(value))
+    assert same_predictions.main([str(old), str(new)]) == 0
+    assert same_predictions.main([str(old), str(other)]) == 1
+    assert same_predictions.main([str(new), str(tmp_path)]) == 1  # missing

@@ -13,7 +13,7 @@ import pytest
 import hydra_jax as hj
 from configs import ablate_vit_fmnist, hydra_vit_fmnist, prune_vit_fmnist, vit_fmnist
 from hydra_jax import metrics
-from hydra_jax.experiments import ablations, engine, pruning
+from hydra_jax.experiments import ablations, engine
 
 
 @pytest.fixture(scope="module")
@@ -83,9 +83,9 @@ def test_hydra_and_pruning_run_on_the_published_vit(vision_run, tmp_path):
 
     prune_config = prune_vit_fmnist.get_config("smoke")
     prune_config.base_workdir = str(workdir)
-    prune_config.criteria = ("random", "hies")
-    pruning.train(prune_config, tmp_path / "prune")
-    curves = pruning.evaluate(prune_config, tmp_path / "prune")["curves"]
+    prune_config.pruning_curves.criteria = ("random", "hies")
+    engine.train(prune_config, tmp_path / "prune")
+    curves = engine.evaluate(prune_config, tmp_path / "prune")["curves"]
     assert curves["hies"]["0.0"]["acc"] == curves["random"]["0.0"]["acc"]
 
 
@@ -93,9 +93,9 @@ def test_ablations_compare_averaged_and_per_member_mlps(vision_run, tmp_path):
     _, workdir, _, _ = vision_run
     config = ablate_vit_fmnist.get_config("smoke")
     config.base_workdir = str(workdir)
-    config.strategies = ("stratified",)  # strategies differ only in head sets (tests/test_hydra.py)
-    ablations.train(config, tmp_path)
-    rows = ablations.evaluate(config, tmp_path)["rows"]
+    config.ablations.strategies = ("stratified",)  # they differ only in head sets (test_hydra.py)
+    engine.train(config, tmp_path)
+    rows = engine.evaluate(config, tmp_path)["rows"]
     assert [(r["size"], r["strategy"], r["mlp"]) for r in rows] == [
         (2, "stratified", "per_member_mlp"), (2, "stratified", "averaged_mlp"),
         (3, "stratified", "per_member_mlp"), (3, "stratified", "averaged_mlp")]  # fmt: skip

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from configs import hydra_minilm_mr, minilm_mr, prune_minilm_mr
+from configs import (
+    ablate_vit_fmnist,
+    custom,
+    hydra_minilm_mr,
+    minilm_mr,
+    prune_minilm_mr,
+    zero_shot_fmnist,
+)
 from hydra_jax.experiments.workdir import LOCK_FILE, Workdir, WorkdirError
 
 REPO = Path(__file__).parent.parent
@@ -59,21 +66,58 @@ def test_a_run_recorded_under_a_renamed_key_is_still_its_configs(tmp_path):
         Workdir(tmp_path).check(config)
 
 
+def _lift(recorded: dict, group: str) -> None:
+    """Moves the settings of `recorded[group]` to the top level, as a recorded config had them."""
+    recorded.update(recorded.pop(group))
+
+
+def _as_pruning(recorded: dict) -> None:
+    _lift(recorded, "pruning_curves")
+    del recorded["methods"], recorded["analyses"]
+
+
+def _as_ablations(recorded: dict) -> None:
+    _lift(recorded, "ablations")
+    del recorded["methods"], recorded["analyses"]
+
+
+def _as_zero_shot(recorded: dict) -> None:
+    recorded.update(recorded.pop("zero_shot"))
+    del recorded["enabled"]
+
+
 @pytest.mark.parametrize(
-    ("module", "before"), [(minilm_mr, "baselines"), (hydra_minilm_mr, "hydra")]
+    ("module", "before", "old_form"),
+    [
+        (minilm_mr, "baselines", None),
+        (hydra_minilm_mr, "hydra", None),
+        (custom, "custom", None),
+        (hydra_minilm_mr, "study", None),
+        (prune_minilm_mr, "pruning", _as_pruning),
+        (ablate_vit_fmnist, "ablations", _as_ablations),
+        (zero_shot_fmnist, "zero_shot", _as_zero_shot),
+    ],
 )
-def test_a_run_of_an_experiment_that_became_an_engine_config_is_still_its_configs(
-    module, before, tmp_path
+def test_a_run_of_a_study_before_the_engine_is_still_its_configs(
+    module, before, old_form, tmp_path
 ):
+    """Runs recorded `experiment` (the study kind) and, for some kinds, settings now grouped
+    under the analysis or `zero_shot`: each is read as the engine config it became."""
     config = module.get_config("smoke")
     recorded = json.loads(config.to_json())
-    assert recorded["experiment"] == "study"
+    assert "experiment" not in recorded
     recorded["experiment"] = before  # what the run recorded before the study engine
+    if old_form:
+        old_form(recorded)
     (tmp_path / "config.json").write_text(json.dumps(recorded))
     Workdir(tmp_path).check(config)
-    recorded["experiment"] = "pruning"  # another experiment is another config
+
+
+def test_a_run_of_another_study_kind_is_another_config(tmp_path):
+    config = minilm_mr.get_config("smoke")
+    recorded = json.loads(config.to_json()) | {"experiment": "pruning"}
     (tmp_path / "config.json").write_text(json.dumps(recorded))
-    with pytest.raises(WorkdirError, match=r"experiment: 'pruning' -> 'study'"):
+    with pytest.raises(WorkdirError, match=r"analyses: \['pruning_curves'\] -> \(absent\)"):
         Workdir(tmp_path).check(config)
 
 

@@ -16,7 +16,7 @@ import hydra_jax as hj
 from configs import zero_shot_fmnist
 from hydra_jax import metrics, testing
 from hydra_jax.evaluation import seeds
-from hydra_jax.experiments import zero_shot
+from hydra_jax.experiments import dual_encoder, engine, study_data
 from hydra_jax.training import locked_text_contrastive_loss
 
 
@@ -25,21 +25,21 @@ def run(synthetic_image_dir, tmp_path_factory):
     config = zero_shot_fmnist.get_config("smoke")
     config.data_dir = str(synthetic_image_dir)
     workdir = tmp_path_factory.mktemp("zero_shot")
-    zero_shot.train(config, workdir)
-    return config, workdir, zero_shot.evaluate(config, workdir)
+    engine.train(config, workdir)
+    return config, workdir, engine.evaluate(config, workdir)
 
 
 def test_text_tower_stays_locked_and_the_rest_trains(run):
     config, workdir, _ = run
-    published = hj.from_pretrained(zero_shot.hf_dir(workdir))
-    initial = zero_shot.initial_model(config)
+    published = hj.from_pretrained(dual_encoder.hf_dir(workdir))
+    initial = dual_encoder.initial_model(config)
     chex.assert_trees_all_equal(published.params["text_model"], initial.params["text_model"])
     for name in ("vision_model", "visual_projection", "text_projection"):
         moved = jax.tree.map(lambda a, b: np.abs(a - b).max(), published.params[name],
                              initial.params[name])  # fmt: skip
         assert max(jax.tree.leaves(moved)) > 1e-3, name
     for name in ("tokenizer.json", "preprocessor_config.json"):
-        assert (zero_shot.hf_dir(workdir) / name).is_file()
+        assert (dual_encoder.hf_dir(workdir) / name).is_file()
 
 
 def test_head_sets_keep_a_third_of_each_layer(run):
@@ -51,7 +51,8 @@ def test_head_sets_keep_a_third_of_each_layer(run):
 
 def test_zero_shot_metrics_are_recomputable(run):
     config, workdir, results = run
-    held_out = np.isin(np.arange(10), [zero_shot.CLASS_NAMES.index(n) for n in config.held_out])
+    names = study_data.CLASS_NAMES["fashion_mnist"]
+    held_out = np.isin(np.arange(10), [names.index(n) for n in config.zero_shot.held_out])
     for name in config.methods:
         with np.load(workdir / "predictions" / f"{name}.npz") as npz:
             probs, labels = npz["id_probs"], npz["labels"]

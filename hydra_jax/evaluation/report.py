@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +16,53 @@ def _pct(x: float) -> str:
     return f"{100 * x:.2f}"
 
 
-def markdown(title: str, sections: list[list[str]], stages: dict[str, float]) -> str:
-    """`report.md`: the title, each evaluator's section (lines), the wall time per stage."""
+def markdown(
+    title: str, sections: list[list[str]], stages: dict[str, float], predictions: bool = True
+) -> str:
+    """`report.md`: the title, each section (lines), the wall time per stage and, where methods
+    saved their `predictions`, how to recompute the metrics."""
     lines = [f"# {title}", ""]
     for section in sections:
         lines += section
     if stages:
         lines += ["", "## Wall time per stage", "", "| stage | seconds |", "|---|---|"]
         lines += [f"| {k} | {v:.1f} |" for k, v in stages.items()]
+    if predictions:
+        lines += [
+            "",
+            "Metrics are recomputable from `predictions/NAME.npz` with `hydra_jax.metrics`.",
+        ]
+    return "\n".join([*lines, ""])
+
+
+def held_out_tables(methods: dict[str, Any], held_out: Sequence[str]) -> list[str]:
+    """Seen vs held-out classes (`results["methods"][NAME]["zero_shot"]`), and
+    misclassification detection."""
+    held = ", ".join(held_out)
+    lines = [
+        "",
+        f"## Zero-shot: seen classes vs held out ({held}; never in training)",
+        "",
+        "| method | seen acc % | seen NLL | seen ECE % | held-out acc % | held-out NLL "
+        "| held-out ECE % |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in methods.items():
+        s, h = r["zero_shot"]["seen"], r["zero_shot"]["held_out"]
+        cells = [f"{100 * x['acc']:.2f} | {x['nll']:.4f} | {100 * x['ece']:.2f}" for x in (s, h)]
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
     lines += [
         "",
-        "Metrics are recomputable from `predictions/NAME.npz` with `hydra_jax.metrics`.",
+        "## Misclassification detection (MSP; wrong predictions are positive), ID test, %",
         "",
+        "| method | AUROC | AUPR | FPR95 |",
+        "|---|---|---|---|",
     ]
-    return "\n".join(lines)
+    for name, r in methods.items():
+        m = r["zero_shot"]["misclassification"]
+        lines.append(f"| {name} | {100 * m['auroc']:.2f} | {100 * m['aupr']:.2f} "
+                     f"| {100 * m['fpr95']:.2f} |")  # fmt: skip
+    return lines
 
 
 def id_table(methods: dict[str, Any]) -> list[str]:

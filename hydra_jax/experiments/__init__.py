@@ -1,34 +1,33 @@
-"""The experiments behind `train.py` and `evaluate.py`, each a `train` and an `evaluate` stage.
+"""The studies behind `train.py` and `evaluate.py`: one engine, every study a config of it.
 
-| `experiment` | train | evaluate |
-|---|---|---|
-| `study` | members, Hydras, single-pass ensembles: what the methods name | every method named |
-| `pruning` | head scores, HIES's alpha per ratio | pruning curves of the base model |
-| `ablations` | members per ensemble size and head-set strategy | averaged vs per-member MLPs |
-| `zero_shot` | a dual encoder (locked text), the engine's Hydras | seen vs held-out classes too |
+`engine.train` produces every artefact a study config asks for, and `engine.evaluate` only
+loads them (no evaluate stage trains):
 
-`study` (the `engine` module) runs every study whose rows are methods: the baselines, the
-Hydra tables and your checkpoint on your files are configs of it (`configs/minilm_mr.py`,
-`hydra_minilm_mr.py`, `vit_fmnist.py`, `hydra_vit_fmnist.py`, `custom.py`). Each `train`
-produces every artefact (member checkpoints, head sets, fused Hydras, scores) and its `evaluate`
-only loads them: no evaluate stage trains. The pieces they share: `workdir` (ownership, the
-lock, process-0 writes, stage timings, results), `study_data` (the embedded sets),
-`user_files` (your files), `members` (seeds, head-set data, member fine-tuning), `methods` (the
-registry of methods), `artefacts` (what is published and loaded back) and `evaluators` (the
-prediction loop and the metrics and report sections of each method).
+- `methods`: train makes the members, Hydras and single-pass ensembles they name; evaluate runs
+  each method through the evaluators.
+- `analyses`: `pruning_curves` (train scores the heads and chooses HIES's alpha per ratio;
+  evaluate draws the curves) and `ablations` (train fine-tunes members per ensemble size and
+  head-set strategy; evaluate compares averaged and per-member MLPs).
+- `zero_shot`: member 0 is a dual encoder's zero-shot classifier (the dual encoder trained
+  here from scratch where no checkpoint is given); evaluate adds seen vs held-out classes.
+
+The paper studies (`configs/minilm_mr.py`, `hydra_*.py`, `vit_fmnist.py`, `prune_*.py`,
+`ablate_vit_fmnist.py`, `zero_shot_fmnist.py`) and your checkpoint on your files
+(`custom.py`) are configs of it. The pieces: `workdir` (ownership, the lock, process-0 writes,
+stage timings, results), `study_data` (the embedded sets), `user_files` (your files), `members`
+(seeds, head-set data, member fine-tuning), `dual_encoder` (a dual encoder trained here),
+`methods` (the registry of methods), `artefacts` (what is published and loaded back),
+`evaluators` (the prediction loop and the metrics and report sections of each method) and
+`analyses` (the protocol of `pruning` and `ablations`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-
-import ml_collections
-
 from hydra_jax.experiments import (
     ablations,
+    analyses,
     artefacts,
+    dual_encoder,
     engine,
     evaluators,
     members,
@@ -37,27 +36,9 @@ from hydra_jax.experiments import (
     study_data,
     user_files,
     workdir,
-    zero_shot,
 )
 
-Stage = Callable[[ml_collections.ConfigDict, "workdir.Workdir | Path"], Any]
-
-EXPERIMENTS: dict[str, tuple[Stage, Stage]] = {
-    "study": (engine.train, engine.evaluate),
-    "pruning": (pruning.train, pruning.evaluate),
-    "ablations": (ablations.train, ablations.evaluate),
-    "zero_shot": (zero_shot.train, zero_shot.evaluate),
-}
-
-
-def stages(config: ml_collections.ConfigDict) -> tuple[Stage, Stage]:
-    """`(train, evaluate)` of `config.experiment`."""
-    if config.experiment not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {config.experiment!r}; known: {sorted(EXPERIMENTS)}")
-    return EXPERIMENTS[config.experiment]
-
-
 __all__ = [
-    "EXPERIMENTS", "ablations", "artefacts", "engine", "evaluators", "members", "methods",
-    "pruning", "stages", "study_data", "user_files", "workdir", "zero_shot",
+    "ablations", "analyses", "artefacts", "dual_encoder", "engine", "evaluators", "members",
+    "methods", "pruning", "study_data", "user_files", "workdir",
 ]  # fmt: skip

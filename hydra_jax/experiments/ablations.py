@@ -1,8 +1,8 @@
-"""Hydra ablations the paper's reviewers asked for, from one published classifier.
+"""The `ablations` analysis: the Hydra ablations the paper's reviewers asked for, on member 0.
 
-For each ensemble size M of `config.sizes` and each head-set strategy of `config.strategies`
-(`taylor`: each member's own top heads, so members overlap; `stratified`: disjoint sets), the
-members (N / M heads per layer each, fine-tuned) are evaluated twice:
+For each ensemble size M of `ablations.sizes` and each head-set strategy of
+`ablations.strategies` (`taylor`: each member's own top heads, so members overlap; `stratified`:
+disjoint sets), the members (N / M heads per layer each, fine-tuned) are evaluated twice:
 
 - `per_member_mlp`: the members as they are, run side by side: each keeps its own fine-tuned
   MLPs. This is also the ensemble *before* fusion.
@@ -11,8 +11,9 @@ members (N / M heads per layer each, fine-tuned) are evaluated twice:
 
 Reported per row: head overlap (mean pairwise Jaccard index of the members' head sets), ID
 accuracy / NLL / ECE, member disagreement and mutual information, mean OOD AUROC (MSP), params
-and XLA FLOPs per example. `train` chooses the head sets and fine-tunes every member (resuming),
-saving each; `evaluate` loads and evaluates them (it trains nothing).
+and XLA FLOPs per example. `train` chooses the head sets and fine-tunes every member (resuming,
+with the study's Hydra member settings), saving each; `evaluate` loads and evaluates them (it
+trains nothing).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-import ml_collections
 import numpy as np
 
 from hydra_jax import ensembles
@@ -30,10 +30,11 @@ from hydra_jax.data import subset
 from hydra_jax.ensembles import baselines as forwards
 from hydra_jax.evaluation import Method, cost, logits_forward, method_metrics, predict, softmax
 from hydra_jax.evaluation.report import pyplot
-from hydra_jax.experiments import engine, members, study_data
-from hydra_jax.experiments.workdir import Workdir
+from hydra_jax.experiments import members, study_data
+from hydra_jax.experiments.analyses import Context
 from hydra_jax.models.sharding import is_primary
-from hydra_jax.training import TrainSettings
+
+HEAD_SETS_FILE = "ablation_head_sets.json"  # per row name M{M}_{strategy}: [M, L, N] kept heads
 
 
 def overlap(sets: np.ndarray) -> float:
@@ -47,54 +48,49 @@ def row_name(size: int, strategy: str) -> str:
     return f"M{size}_{strategy}"
 
 
-def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> None:
-    """Per (size, strategy): member head sets from the base model, members fine-tuned
-    (resuming); saves each member (`saved/M{M}_{strategy}/member_m`) and the head sets."""
-    workdir = Workdir.of(workdir)
-    # The base run must exist, and bad settings are refused before the workdir is touched.
-    base = Workdir(config.base_workdir).recorded()
-    settings = TrainSettings(**{**base.train.to_dict(), **config.member_train.to_dict()})
-    workdir.claim(config)
-    with workdir.stage("load"):
-        (single,), data, base = engine.published(config.base_workdir, [0])
-    d = config.data
-    train = data.study.train
+def train(context: Context) -> None:
+    """Per (size, strategy): member head sets from member 0, members fine-tuned (resuming,
+    with the Hydra members' settings); saves each member (`saved/M{M}_{strategy}/member_m`) and
+    the head sets (`ablation_head_sets.json`)."""
+    config, workdir, single = context.config, context.workdir, context.single
+    d, settings = config.data, config.ablations
+    train = context.data.study.train
     train_set = subset(train, d.train_limit) if d.train_limit else train
     record, steps = {}, {}
-    heads = single.config.encoder.num_heads[0]
-    for M, strategy in itertools.product(config.sizes, config.strategies):
-        if heads % M:
-            raise ValueError(f"ensemble size {M} does not divide the {heads} heads per layer")
+    for M, strategy in itertools.product(settings.sizes, settings.strategies):
         name = row_name(M, strategy)
-        seeds = members.member_seeds(base, M)
+        seeds = members.member_seeds(context.plan.members_config, M)
         with workdir.stage(f"M={M} {strategy}"):
             sets = members.head_sets(config, strategy, single, train_set, seeds, num_members=M)
             directory = workdir / "members" / name
             fine_tuned = members.fine_tuned_members(
-                single, sets, train_set, settings, seeds, directory, steps
+                single, sets, train_set, context.plan.hydra_settings, seeds, directory, steps
             )
         for m, member in enumerate(fine_tuned):
             save_model(member, workdir / "saved" / name / f"member_{m}")
         record[name] = sets.astype(int).tolist()
-    workdir.write_json("head_sets.json", record)
-    workdir.save_stages()
+    workdir.write_json(HEAD_SETS_FILE, record)
 
 
-def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
-    """Evaluates every (size, strategy, MLP) row from the members `train` saved; writes
-    results.json, report.md and plots/."""
-    workdir = Workdir.of(workdir)
-    workdir.check(config)
-    workdir.require(workdir / "head_sets.json", "head sets")
-    record = workdir.read_json("head_sets.json")
-    with workdir.stage("load"):
-        _, data, _ = engine.published(config.base_workdir, [0])
+def check(context: Context) -> None:
+    """Refuses an ensemble size that does not divide member 0's heads per layer."""
+    heads = context.single.config.encoder.num_heads[0]
+    for M in context.config.ablations.sizes:
+        if heads % M:
+            raise ValueError(f"ablations.sizes: {M} does not divide the {heads} heads per layer")
+
+
+def evaluate(context: Context) -> tuple[dict[str, Any], list[str]]:
+    """Every (size, strategy, MLP) row from the members `train` saved (and plots/); returns the
+    results (`rows`) and the report section."""
+    config, workdir, study = context.config, context.workdir, context.data.study
+    record = workdir.read_json(workdir.require(workdir / HEAD_SETS_FILE, "ablation head sets"))
     d = config.data
-    test = subset(data.study.test, d.eval_limit) if d.eval_limit else data.study.test
-    ood = {n: subset(s, d.ood_limit) if d.ood_limit else s for n, s in data.study.ood.items()}
-    batch = study_data.latency_batch(config, data.study)
+    test = subset(study.test, d.eval_limit) if d.eval_limit else study.test
+    ood = {n: subset(s, d.ood_limit) if d.ood_limit else s for n, s in study.ood.items()}
+    batch = study_data.latency_batch(config, study)
     rows = []
-    for M, strategy in itertools.product(config.sizes, config.strategies):
+    for M, strategy in itertools.product(config.ablations.sizes, config.ablations.strategies):
         name = row_name(M, strategy)
         sets = np.array(record[name], bool)
         with workdir.stage(f"evaluate M={M} {strategy}"):
@@ -118,11 +114,9 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict
                     **{k: v for k, v in cost(method, batch, 3).items()
                        if k in ("params", "flops_per_example")},
                 })  # fmt: skip
-    results = {"rows": rows, "stages": workdir.train_stages()}
     if is_primary():  # several processes: one writes
         _plots(workdir / "plots", rows)
-    workdir.write_results(results, markdown(config, rows, results["stages"]), config)
-    return results
+    return {"rows": rows}, section(rows)
 
 
 def _predictions(method: Method, test: Any, ood: dict[str, Any], batch_size: int) -> dict:
@@ -133,16 +127,14 @@ def _predictions(method: Method, test: Any, ood: dict[str, Any], batch_size: int
     return out
 
 
-def markdown(config: ml_collections.ConfigDict, rows: list[dict], stages: dict) -> str:
-    lines = [f"# {config.title}", ""]
-    lines += [
+def section(rows: list[dict]) -> list[str]:
+    """The report's table: a row per (size, strategy, MLP)."""
+    lines = [
         "Per ensemble size M and head-set strategy (taylor: members overlap; stratified: "
         "disjoint), the fine-tuned members side by side (`per_member_mlp`, before fusion) and "
         "fused (`averaged_mlp`, after fusion). Overlap: mean pairwise Jaccard index of the "
         "members' head sets. OOD AUROC: MSP score, mean over the OOD sets.",
         "",
-    ]
-    lines += [
         "| M | heads / member | head sets | overlap % | MLP | acc % | NLL | ECE % | disagreement "
         "% | MI | OOD AUROC % | params | MFLOPs / example |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -155,9 +147,7 @@ def markdown(config: ml_collections.ConfigDict, rows: list[dict], stages: dict) 
             f"{r['mutual_information']:.4f} | {100 * r['ood_auroc']:.2f} | {r['params']:,} | "
             f"{r['flops_per_example'] / 1e6:.2f} |"
         )
-    lines += ["", "## Wall time per stage", "", "| stage | seconds |", "|---|---|"]
-    lines += [f"| {k} | {v:.1f} |" for k, v in stages.items()]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _plots(directory: Path, rows: list[dict]) -> None:

@@ -16,7 +16,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from hydra_jax.experiments import stages
+from hydra_jax.experiments import engine
 from hydra_jax.experiments.workdir import Workdir, WorkdirError, flat
 from hydra_jax.models.sharding import make_mesh
 
@@ -87,7 +87,7 @@ def check_overrides(argv: Sequence[str]) -> None:
 
 
 def run(stage_index: int) -> Callable[[list[str]], None]:
-    """The absl `main` of the stage (0 = train, 1 = evaluate) of `--config`'s experiment."""
+    """The absl `main` of the study engine's stage 0 (train) or 1 (evaluate) on `--config`."""
 
     def main(argv: list[str]) -> None:
         del argv
@@ -101,7 +101,7 @@ def run(stage_index: int) -> Callable[[list[str]], None]:
                 workdir.hold(create=stage_index == 0),
                 jax.set_mesh(mesh) if mesh.size > 1 else contextlib.nullcontext(),
             ):
-                stages(config)[stage_index](config, workdir)
+                (engine.train, engine.evaluate)[stage_index](config, workdir)
         except (WorkdirError, FileNotFoundError, ValueError, FloatingPointError) as error:
             # A named, expected problem: one line, no traceback (HYDRA_JAX_DEBUG=1 shows it).
             if os.environ.get("HYDRA_JAX_DEBUG"):

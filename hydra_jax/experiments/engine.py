@@ -1,7 +1,6 @@
-"""The study engine: one `train` and one `evaluate` for every study whose rows are methods.
+"""The study engine: one `train` and one `evaluate` for every study.
 
-A study config declares the work (`configs/minilm_mr.py`, `hydra_minilm_mr.py`,
-`vit_fmnist.py`, `hydra_vit_fmnist.py`, `custom.py`); `train` does it, in this order:
+A study config declares the work (every file of `configs/`); `train` does it, in this order:
 
 1. **Members** (methods `single`, `deep_ensemble`, `mc_dropout`): `ensemble_size` classifiers
    (one unless a deep ensemble is named), member m with training seed `1000 * seed + m`. Each
@@ -11,18 +10,25 @@ A study config declares the work (`configs/minilm_mr.py`, `hydra_minilm_mr.py`,
    directory `hf/member_M` with the checkpoint's preprocessing files. A study with
    `base_workdir` trains none: it reads that workdir's members, and the config they were
    trained under decides the data, the seeds and the training settings. With
-   `zero_shot.enabled`, member 0 is a dual encoder's zero-shot classifier and nothing trains.
+   `zero_shot.enabled`, member 0 is a dual encoder's zero-shot classifier and no classifier
+   trains; the dual encoder is the checkpoint, or, where `model` is a ViT to train from
+   scratch, one trained here beside the checkpoint's locked text tower (`dual_encoder`).
 2. **Hydras** (methods `hydra_S`, `pruned_S`; `strategies`): per strategy S, member head sets
    from member 0, the members compacted and fine-tuned (`member_train` over the members'
    `train`), then fused (`fused/S`; member 0 alone in `pruned/S`), and optionally the fused
-   network fine-tuned as a whole (`fused_train`).
+   network fine-tuned as a whole (`fused_train`). A zero-shot classifier's members are pruned
+   and fused as they are, their head sets chosen on the ID validation split where there is one.
 3. **Single-pass ensembles** (`batch_ensemble`, `lora_ensemble`, `packed_ensemble`), trained
    where the members are (`efficient/KIND`).
+4. **Analyses** (`analyses`: `pruning_curves`, `ablations`; `ANALYSES`): their train step on
+   member 0.
 
 The data (`load_data`) are the embedded sets of the paper studies (`data.id_set`,
-`data.ood_sets`: `study_data`) or your files (`data.train`, `data.test`, ...: `user_files`).
+`data.ood_sets`: `study_data`) or your files (`data.train`, `data.test`, ...: `user_files`);
+the classes `zero_shot.held_out` names are taken out of the training and validation sets.
 `evaluate` loads what `train` wrote and never trains: every method of `methods` goes through the
-prediction loop and the evaluators (`evaluators.evaluate_methods`).
+prediction loop and the evaluators (`evaluators.standard`), every analysis evaluates, and
+`results.json` and `report.md` are written here.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from typing import Any
 
 import jax
 import ml_collections
+import numpy as np
 
 from hydra_jax import ensembles
 from hydra_jax.convert import from_pretrained
@@ -42,13 +49,24 @@ from hydra_jax.convert.native import save_model
 from hydra_jax.data import Dataset, TextEncoder
 from hydra_jax.data.files import ClassNames, DataError
 from hydra_jax.ensembles import STRATEGIES
-from hydra_jax.experiments import artefacts, members, methods, study_data, user_files
-from hydra_jax.experiments.evaluators import Evaluator, evaluate_methods
+from hydra_jax.evaluation import report
+from hydra_jax.experiments import (
+    ablations,
+    artefacts,
+    dual_encoder,
+    members,
+    methods,
+    pruning,
+    study_data,
+    user_files,
+)
+from hydra_jax.experiments.analyses import Analysis, Context
+from hydra_jax.experiments.evaluators import evaluate_methods, standard
 from hydra_jax.experiments.workdir import CONFIG_FILE, Workdir
 from hydra_jax.models import Model, with_classifier, zero_shot
 from hydra_jax.models.architectures import architecture
 from hydra_jax.models.packed import packed_member
-from hydra_jax.models.sharding import barrier
+from hydra_jax.models.sharding import barrier, is_primary
 from hydra_jax.training import TrainSettings, fit
 
 
@@ -77,21 +95,56 @@ def from_files(config: ml_collections.ConfigDict) -> bool:
 
 def load_data(config: ml_collections.ConfigDict, model: Model | None = None) -> Data:
     """The data of `config`, the config the members are trained under; with a text `model`,
-    its vocabulary is checked against the tokenizer.
+    its vocabulary is checked against the tokenizer. The classes `zero_shot.held_out` names are
+    taken out of the training and ID validation sets (`seen_only`).
 
     Raises:
-      DataError: a file split that cannot be used, named with its file and problem.
+      DataError: a file split that cannot be used, named with its file and problem; a held-out
+        class the data do not have.
     """
     if from_files(config):
         user = user_files.load(config)
         if model is not None and user.encoder is not None:
             study_data.check_vocabulary(user.encoder, model, Path(config.model))
-        return Data(user.study, len(user.classes.names), lambda: user.validation,
+        data = Data(user.study, len(user.classes.names), lambda: user.validation,
                     lambda: user.ood_validation, user.classes, user.encoder)  # fmt: skip
-    study = study_data.load_data(config, model)
-    return Data(study, study_data.num_classes(config),
-                functools.partial(study_data.id_validation, config),
-                functools.partial(study_data.ood_validation, config))  # fmt: skip
+    else:
+        names = study_data.CLASS_NAMES.get(config.data.id_set)
+        data = Data(study_data.load_data(config, model), study_data.num_classes(config),
+                    functools.partial(study_data.id_validation, config),
+                    functools.partial(study_data.ood_validation, config),
+                    ClassNames(names) if names else None)  # fmt: skip
+    held = held_out(config, data)
+    return seen_only(data, np.array(list(held.values()), int)) if held else data
+
+
+def held_out(config: ml_collections.ConfigDict, data: Data) -> dict[str, int]:
+    """The classes `zero_shot.held_out` names, each with its index (none where it names none).
+
+    Raises:
+      DataError: a name that is not one of the data's classes.
+    """
+    names = config.zero_shot.get("held_out", ()) if config.get("zero_shot") else ()
+    known = data.classes.names if data.classes else ()
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise DataError(f"zero_shot.held_out names unknown classes {unknown}; "
+                        f"classes: {list(known)}")  # fmt: skip
+    return {name: known.index(name) for name in names}
+
+
+def seen_only(data: Data, held: np.ndarray) -> Data:
+    """`data` whose training and ID validation sets hold none of the classes `held`: nothing of
+    a held-out class reaches a model, not even through head selection."""
+
+    def seen(dataset: Dataset | None) -> Dataset | None:
+        if dataset is None:
+            return None
+        return dataset.take(np.nonzero(~np.isin(dataset.labels, held))[0])
+
+    study = dataclasses.replace(data.study, train=seen(data.study.train))
+    validation = data.id_validation
+    return dataclasses.replace(data, study=study, id_validation=lambda: seen(validation()))
 
 
 def checkpoint(config: ml_collections.ConfigDict) -> Path | None:
@@ -112,8 +165,14 @@ def zero_shot_enabled(config: ml_collections.ConfigDict) -> bool:
     return bool(config.get("zero_shot") and config.zero_shot.enabled)
 
 
-# What a zero-shot study can run: it trains nothing.
+# What a zero-shot study can run: it trains no classifier.
 ZERO_SHOT_METHODS = ("single", *(f"{kind}_{s}" for kind in ("pruned", "hydra") for s in STRATEGIES))
+
+# The analyses a study can list (`analyses`): work on member 0 beyond the methods' rows.
+ANALYSES: dict[str, Analysis] = {
+    "pruning_curves": Analysis(pruning.train, pruning.evaluate, pruning.check),
+    "ablations": Analysis(ablations.train, ablations.evaluate, ablations.check),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +185,7 @@ class Plan:
 
     methods: list[str]
     strategies: list[str]
+    analyses: list[str]
     efficient: list[str]
     workdir: Workdir
     members_config: ml_collections.ConfigDict
@@ -137,7 +197,7 @@ class Plan:
 
     @classmethod
     def of(cls, config: ml_collections.ConfigDict, workdir: Workdir) -> Plan:
-        names, strategies = check(config)
+        names, strategies, analyses = check(config)
         trains_members = not config.get("base_workdir")
         base = workdir if trains_members else Workdir(config.base_workdir)
         members_config = config if trains_members else base.recorded()
@@ -151,30 +211,54 @@ class Plan:
         efficient = [n for n in names if n in members.EFFICIENT] if trains_members else []
         for kind in efficient:
             members.efficient_settings(config, kind)
-        return cls(names, strategies, efficient, base, members_config, trains_members,
+        return cls(names, strategies, analyses, efficient, base, members_config, trains_members,
                    zero_shot_enabled(config), TrainSettings(**train), hydra_settings,
                    fused_settings)  # fmt: skip
 
 
-def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[str]]:
-    """The methods and member strategies of a study config, if they can run together.
+def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[str], list[str]]:
+    """The methods, member strategies and analyses of a study config, if they can run together.
 
     Raises:
-      ValueError: an unknown method; a method that trains in a zero-shot study; HIES alphas
-        that are not one per member.
+      ValueError: no methods and no analyses; an unknown method or analysis; a method that
+        trains in a zero-shot study; HIES alphas that are not one per member.
     """
-    names, strategies = methods.check_names(config.methods), methods.strategies(config)
+    if "experiment" in config:
+        raise ValueError("config.experiment is gone: every study runs on the study engine. "
+                         "Name its rows in config.methods and its other work in "
+                         f"config.analyses ({', '.join(ANALYSES)})")  # fmt: skip
+    analyses = check_analyses(config.get("analyses", ()))
+    names = methods.check_names(config.methods, empty=bool(analyses))
+    strategies = methods.strategies(config)
     needs_training = [n for n in names if n not in ZERO_SHOT_METHODS]
     if zero_shot_enabled(config) and needs_training:
-        raise ValueError(f"zero_shot.enabled trains nothing, so {needs_training} cannot run; "
-                         "zero-shot methods: single, pruned_S, hydra_S")  # fmt: skip
+        raise ValueError(f"zero_shot.enabled trains no classifier, so {needs_training} cannot "
+                         "run; zero-shot methods: single, pruned_S, hydra_S")  # fmt: skip
     if "hies" in strategies and len(config.hies_alphas) != config.num_members:
         raise ValueError(f"config.hies_alphas has {len(config.hies_alphas)} alphas for "
                          f"{config.num_members} members: give one per member")  # fmt: skip
     trains_here = "packed_ensemble" in names and not config.get("base_workdir")
     if trains_here and checkpoint(config) is None:  # a ViT from scratch
         check_packed(config, artefacts.scratch_config(config))
-    return names, strategies
+    return names, strategies, analyses
+
+
+def check_analyses_on(
+    config: ml_collections.ConfigDict, workdir: Workdir, plan: Plan, single: Model, data: Data
+) -> None:  # fmt: skip
+    """Runs the `check` of every analysis of `plan` on member 0 (`single`)."""
+    for name in plan.analyses:
+        ANALYSES[name].check(Context(config, workdir, plan, single, data))
+
+
+def check_analyses(names: Sequence[str] | str) -> list[str]:
+    """`names` (a sequence, or comma-separated) if every one is a known analysis."""
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ANALYSES]
+    if unknown:
+        raise ValueError(f"config.analyses: {unknown}; known: {', '.join(ANALYSES)}")
+    return list(names)
 
 
 def check_packed(config: ml_collections.ConfigDict, architecture: Any) -> None:
@@ -206,32 +290,42 @@ def check_classes(base: Model, config: ml_collections.ConfigDict, data: Data) ->
                         f"the data have {data.num_classes}{names}")  # fmt: skip
 
 
-def zero_shot_classifier(config: ml_collections.ConfigDict, model: Model, data: Data) -> Model:
-    """`model`, a dual encoder, as a zero-shot classifier of the study's classes: class
-    embeddings from `zero_shot.templates` filled with the class names, tokenised by the
-    checkpoint's tokenizer and padded as its text tower was trained.
+def check_zero_shot(config: ml_collections.ConfigDict, data: Data) -> None:
+    """Refuses zero-shot prompts for data that are text or whose classes have no names.
 
     Raises:
-      DataError: not a dual encoder, text data, or classes without names (integer labels).
+      DataError: text data, or classes without names (integer labels).
+    """
+    source = config.data.get("train") or config.data.id_set
+    if data.encoder is not None or data.classes is None:
+        raise DataError(f"zero-shot classifies images; {source} holds text")
+    names = data.classes.names
+    if all(name.isdigit() for name in names):
+        raise DataError(f"zero-shot prompts need class names, but {source} labels its classes "
+                        f"{list(names)}: use string labels or class folders")  # fmt: skip
+
+
+def zero_shot_classifier(
+    config: ml_collections.ConfigDict, model: Model, data: Data, path: Path
+) -> Model:
+    """`model`, a dual encoder read from `path`, as a zero-shot classifier of the study's
+    classes: class embeddings from `zero_shot.templates` filled with the class names, tokenised
+    by the checkpoint's tokenizer and padded as its text tower was trained.
+
+    Raises:
+      DataError: not a dual encoder.
     """
     table = architecture(model.config)
     if table.vision_tower is None:
         raise DataError(f"zero_shot.enabled needs a dual encoder (CLIP, SigLIP, ViT-BERT); "
-                        f"{config.model} holds a {type(model.config).__name__}")  # fmt: skip
-    if data.encoder is not None or data.classes is None:
-        raise DataError(f"zero-shot classifies images; {config.data.train} holds text")
-    names = data.classes.names
-    if all(name.isdigit() for name in names):
-        raise DataError(f"zero-shot prompts need class names, but {config.data.train} "
-                        f"labels its classes {list(names)}: use string labels or class "
-                        "folders")  # fmt: skip
-    encoder = TextEncoder(Path(config.model), config.data.max_tokens)
+                        f"{path} holds a {type(model.config).__name__}")  # fmt: skip
+    encoder = TextEncoder(path, config.data.max_tokens)
     fixed = table.prompt_length(model.config) if table.prompt_length else 0
 
     def tokenize(texts: list[str]) -> dict[str, Any]:  # else to the longest prompt
         return encoder.pad(texts, fixed, exact=True)
 
-    return zero_shot(model, names, tuple(config.zero_shot.templates), tokenize)
+    return zero_shot(model, data.classes.names, tuple(config.zero_shot.templates), tokenize)
 
 
 def saved_path(workdir: Path, method: str) -> Path:
@@ -241,10 +335,10 @@ def saved_path(workdir: Path, method: str) -> Path:
 
 
 def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
-    """Trains the members, builds every Hydra and single-pass ensemble the config names
-    (resuming where an earlier run stopped). Returns the members this run trained or restored
-    (`members`: none when they come from `base_workdir`) and the Hydra members' head sets per
-    strategy (`head_sets`)."""
+    """Trains the members, builds every Hydra and single-pass ensemble the config names and
+    runs the train step of its analyses (resuming where an earlier run stopped). Returns the
+    members this run trained or restored (`members`: none when they come from `base_workdir`)
+    and the Hydra members' head sets per strategy (`head_sets`)."""
     workdir = Workdir.of(workdir)
     plan = Plan.of(config, workdir)  # bad settings refused before the workdir is touched
     base, first_run = None, not (workdir / CONFIG_FILE).is_file()
@@ -261,17 +355,35 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
     if base is not None and "packed_ensemble" in plan.efficient:  # before anything trains
         check_packed(config, starting_point(base, config, data, 0).config)
     if plan.zero_shot:
-        single = zero_shot_classifier(config, base, data)
+        check_zero_shot(config, data)
+        if base is not None:
+            single = zero_shot_classifier(config, base, data, path)
+    if plan.analyses and not (plan.zero_shot and base is None):
+        # Member 0, or (before it trains) its starting point, decides what the analyses see.
+        trained_later = plan.trains_members and not plan.zero_shot
+        seed = members.training_seed(config, 0)
+        first = starting_point(base, config, data, seed) if trained_later else single
+        check_analyses_on(config, workdir, plan, first, data)
     workdir.claim(config)
+    if plan.zero_shot and base is None:  # no checkpoint: a dual encoder trained here
+        path = dual_encoder.train(config, workdir, data.study.train, data.classes.names)
+        single = zero_shot_classifier(config, from_pretrained(path), data, path)
+        check_analyses_on(config, workdir, plan, single, data)
     if plan.zero_shot:
         save_model(single, artefacts.zero_shot_dir(workdir.path))
     trained = []
     if plan.trains_members and not plan.zero_shot:
         trained = train_members(config, workdir, plan, base, data)
         single = trained[0]
-    record = build_hydras(config, workdir, plan, single, data.study.train, data.validation)
+    calibration = data.study.train
+    if plan.zero_shot:  # head sets from the validation images where there are some
+        id_validation = data.id_validation()
+        calibration = calibration if id_validation is None else id_validation
+    record = build_hydras(config, workdir, plan, single, calibration, data.validation)
     for kind in plan.efficient:
         train_efficient(config, workdir, kind, base, single, data)
+    for name in plan.analyses:
+        ANALYSES[name].train(Context(config, workdir, plan, single, data))
     if data.classes is not None:
         workdir.write_json("classes.json", list(data.classes.names))
     if plan.strategies:
@@ -351,24 +463,44 @@ def train_efficient(
     return members.fit_efficient(workdir, kind, ensemble, data.study.train, settings)
 
 
-def evaluate(
-    config: ml_collections.ConfigDict,
-    workdir: Workdir | Path,
-    extra: Callable[[study_data.StudyData], Sequence[Evaluator]] = lambda study: (),
-) -> dict[str, Any]:
-    """Evaluates every method of `config.methods` from what `train` wrote (the members in
-    `base_workdir` where the config names one); trains nothing. Writes results.json,
-    report.md, plots/ and predictions/. `extra(study)` gives evaluators beyond the standard
-    ones (`evaluators.standard`), made from the study's sets."""
+def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
+    """Evaluates every method of `config.methods` (through `evaluators.standard`) and every
+    analysis of `config.analyses` from what `train` wrote (the members in `base_workdir` where
+    the config names one); trains nothing. Writes results.json, report.md, plots/ and
+    predictions/."""
     workdir = Workdir.of(workdir)
     workdir.check(config)
-    base = Workdir(config.base_workdir) if config.get("base_workdir") else workdir
-    members_config = base.recorded() if config.get("base_workdir") else config
-    trained = methods.Trained(base, members_config, workdir, config.eval.dtype)
+    plan = Plan.of(config, workdir)
+    trained = methods.Trained(plan.workdir, plan.members_config, workdir,
+                              config.eval.get("dtype", "float32"))  # fmt: skip
     with workdir.stage("load data"):
-        to_evaluate = methods.build(config.methods, trained)
-        data = load_data(members_config, trained.member(0))
-    return evaluate_methods(config, workdir, to_evaluate, data.study, extra(data.study))
+        to_evaluate = methods.build(plan.methods, trained) if plan.methods else []
+        data = load_data(plan.members_config, trained.member(0))
+    results: dict[str, Any] = {}
+    sections: list[list[str]] = []
+    if to_evaluate:
+        evaluators = standard(config, data.study, held_out(plan.members_config, data))
+        results["methods"], method_sections = evaluate_methods(
+            config, workdir, to_evaluate, data.study, evaluators
+        )
+        sections += method_sections
+    for name in plan.analyses:
+        context = Context(config, workdir, plan, trained.member(0), data)
+        analysis_results, section = ANALYSES[name].evaluate(context)
+        clash = sorted(set(analysis_results) & {*results, "stages"})
+        if clash:
+            raise ValueError(f"analysis {name} returns results under taken keys {clash}")
+        results |= analysis_results
+        sections.append(section)
+    results["stages"] = workdir.train_stages()
+    text = report.markdown(config.title, sections, results["stages"], bool(to_evaluate))
+    logs = report.training_logs(workdir.path)
+    if logs and is_primary():  # the runs this workdir trained (a study on another's models: none)
+        report.loss_curves(workdir / "plots" / "training_loss.png", logs, config.title)
+        text += report.training_section(logs, "plots/training_loss.png")
+    workdir.write_results(results, text, config)
+    barrier("wrote the results")
+    return results
 
 
 def published(workdir: Workdir | Path, indices: list[int]) -> tuple[list[Model], Data, Any]:

@@ -2,8 +2,8 @@
 
 An evaluator is a small object: called on one method's predictions (the arrays of
 `predictions/NAME.npz`), it returns that method's metrics under its `key` in `results.json`;
-`section` turns every method's results into its part of `report.md`. A study lists its
-evaluators (`standard` gives the usual ones); a new evaluator is one new class.
+`section` turns every method's results into its part of `report.md`. `standard` gives a
+study's evaluators from its config and sets; a new evaluator is one new class there.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hydra_jax.evaluation import Method, cost, ood_metrics, predict, report, sav
 from hydra_jax.evaluation import softmax as to_probs
 from hydra_jax.experiments.study_data import StudyData, latency_batch
 from hydra_jax.experiments.workdir import Workdir
-from hydra_jax.models.sharding import barrier, is_primary
+from hydra_jax.models.sharding import is_primary
 
 Predictions = dict[str, np.ndarray]
 
@@ -97,14 +97,47 @@ class Cost:
         return report.cost_table(methods)
 
 
-def standard(config: ml_collections.ConfigDict, study: StudyData) -> list[Evaluator]:
+@dataclasses.dataclass(frozen=True)
+class HeldOutClasses:
+    """Accuracy, NLL and ECE on the seen and the held-out classes separately (`held_out`: a
+    bool mask over the ID test set), and misclassification detection (wrong = positive)."""
+
+    held_out: np.ndarray = dataclasses.field(hash=False, compare=False)
+    names: tuple[str, ...] = ()  # the held-out classes, for the report
+    key: ClassVar[str] = "zero_shot"
+
+    def __call__(self, predictions: Predictions, method: Method) -> dict[str, Any]:
+        probs, labels, held = predictions["id_probs"], predictions["labels"], self.held_out
+        return {
+            "seen": metrics.classification(probs[~held], labels[~held]),
+            "held_out": metrics.classification(probs[held], labels[held]),
+            "misclassification": metrics.misclassification(probs, labels),
+        }
+
+    def section(self, methods: dict[str, Any]) -> list[str]:
+        return report.held_out_tables(methods, self.names)
+
+
+def standard(
+    config: ml_collections.ConfigDict, study: StudyData, held_out: dict[str, int] | None = None
+) -> list[Evaluator]:
     """Classification and calibration, OOD detection, dataset shift (where the study has shifted
-    sets) and cost."""
+    sets), cost, and the seen vs held-out classes (where `held_out`, the classes never trained
+    on, name -> index, has some).
+
+    Raises:
+      ValueError: held-out classes, but an ID test set without both seen and held-out examples.
+    """
     e = config.eval
     evaluators: list[Evaluator] = [Classification(e.num_bins), OODDetection(tuple(study.ood))]
     if study.shift:
         evaluators.append(Shift(tuple(study.shift), e.num_bins))
     evaluators.append(Cost(latency_batch(config, study), e.latency_repeats))
+    if held_out:
+        mask = np.isin(study.test.labels, list(held_out.values()))
+        if mask.all() or not mask.any():
+            raise ValueError("the ID test set needs images of both seen and held-out classes")
+        evaluators.append(HeldOutClasses(mask, tuple(held_out)))
     return evaluators
 
 
@@ -128,32 +161,20 @@ def evaluate_methods(
     workdir: Workdir,
     to_evaluate: Sequence[Method],
     study: StudyData,
-    extra: Sequence[Evaluator] = (),
-) -> dict[str, Any]:
-    """Predictions, metrics, costs and plots of each method; writes every artefact.
-
-    The evaluators are `standard(config, study)` then `extra`. `results.json` records the
-    config it was evaluated with (`config`) and the wall time of every stage.
-    """
-    evaluators = [*standard(config, study), *extra]
-    results: dict[str, Any] = {"methods": {}}
+    evaluators: Sequence[Evaluator],
+) -> tuple[dict[str, Any], list[list[str]]]:
+    """Predictions (`predictions/NAME.npz`) and plots of each method, and its results from
+    every evaluator; returns each method's results (`results.json`'s `methods`) and every
+    evaluator's report section."""
+    results: dict[str, Any] = {}
     for method in to_evaluate:
         with workdir.stage(f"predict {method.name}"):
             predictions = predictions_of(method, study, config.eval.batch_size)
         if is_primary():
             save_predictions(workdir / "predictions" / f"{method.name}.npz", predictions)
             _plots(workdir, method.name, predictions, list(study.ood))
-        results["methods"][method.name] = {e.key: e(predictions, method) for e in evaluators}
-    results["stages"] = workdir.train_stages()
-    sections = [e.section(results["methods"]) for e in evaluators]
-    text = report.markdown(config.title, sections, results["stages"])
-    logs = report.training_logs(workdir.path)
-    if logs and is_primary():  # the runs this workdir trained (a study on another's models: none)
-        report.loss_curves(workdir / "plots" / "training_loss.png", logs, config.title)
-        text += report.training_section(logs, "plots/training_loss.png")
-    workdir.write_results(results, text, config)
-    barrier("wrote the results")
-    return results
+        results[method.name] = {e.key: e(predictions, method) for e in evaluators}
+    return results, [e.section(results) for e in evaluators]
 
 
 def _plots(workdir: Workdir, name: str, predictions: Predictions, ood_sets: list[str]) -> None:

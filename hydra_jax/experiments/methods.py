@@ -115,14 +115,15 @@ BUILDERS: dict[str, Callable[[str, Trained], Method]] = {
 MEMBER_METHODS = ("single", "deep_ensemble", "mc_dropout")
 
 
-def check_names(names: Sequence[str] | str) -> list[str]:
+def check_names(names: Sequence[str] | str, empty: bool = False) -> list[str]:
     """`names` (a sequence, or comma-separated as on the command line:
-    `single,deep_ensemble,hydra_taylor`) if every one is a known method."""
+    `single,deep_ensemble,hydra_taylor`) if every one is a known method; none only if `empty`
+    (a study whose work is all analyses)."""
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in names if n not in BUILDERS]
-    if not names or unknown:
-        what = unknown or "no methods"
+    if (not names and not empty) or unknown:
+        what = unknown or "no methods (and no analyses)"
         raise ValueError(f"config.methods: {what}; known: {', '.join(sorted(BUILDERS))}")
     return list(names)
 
@@ -131,7 +132,7 @@ def strategies(config: ml_collections.ConfigDict) -> list[str]:
     """The member strategies a study builds: `config.strategies` (where it lists them), then
     those its `hydra_S` / `pruned_S` methods name, in order, each once."""
     out = list(config.get("strategies", ()))
-    for name in check_names(config.methods):
+    for name in check_names(config.methods, empty=True):
         prefix, _, strategy = name.partition("_")
         if prefix in ("hydra", "pruned") and strategy not in out:
             out.append(strategy)

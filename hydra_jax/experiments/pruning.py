@@ -1,14 +1,14 @@
-"""Pruning curves: one-shot head pruning of a fine-tuned classifier by each criterion.
+"""The `pruning_curves` analysis: one-shot head pruning of member 0 by each criterion.
 
-For every ratio in `config.ratios` and criterion in `config.criteria` (random over several
-seeds, l2, his, ad, hies), heads are removed by global top-k with no fine-tuning, and the pruned
-model is scored on the ID test set (accuracy, stability, ECE, NLL) and the OOD test sets (MSP
-AUROC). HIES's alpha is chosen per ratio on the ID validation split. `train` scores the heads
-and chooses the alphas (`scores.npz`, `hies_alpha.json`); `evaluate` draws the curves from
-them. The base model is member 0 of any study engine run (`base_workdir`), on its data: the
-embedded sets, or your files (whose run then needs `data.validation`). Stability is OUR
-definition (the HIES paper gives none): the percentage of test examples whose predicted class
-equals the unpruned model's.
+For every ratio in `pruning_curves.ratios` and criterion in `pruning_curves.criteria` (random
+over several seeds, l2, his, ad, hies), heads are removed by global top-k with no fine-tuning,
+and the pruned model is scored on the ID test set (accuracy, stability, ECE, NLL) and the OOD
+test sets (MSP AUROC). HIES's alpha is chosen per ratio on the ID validation split from
+`pruning_curves.alphas`. `train` scores the heads and chooses the alphas (`scores.npz`,
+`hies_alpha.json`); `evaluate` draws the curves from them. Member 0 is a study's own or that of
+`base_workdir`, on its data: the embedded sets, or your files (whose run then needs
+`data.validation`). Stability is OUR definition (the HIES paper gives none): the percentage of
+test examples whose predicted class equals the unpruned model's.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from hydra_jax import metrics
 from hydra_jax.data import Dataset, labelled_batches, subset
 from hydra_jax.evaluation import Method, predict, softmax
 from hydra_jax.evaluation.report import pyplot
-from hydra_jax.experiments import engine
-from hydra_jax.experiments.workdir import Workdir
+from hydra_jax.experiments.analyses import Context
 from hydra_jax.heads import hies, his_and_entropy, keep_mask, score
 from hydra_jax.models import Model
 from hydra_jax.models.sharding import is_primary
@@ -80,70 +79,69 @@ def curve_point(
     }
 
 
-def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> None:
-    """Scores the base model's heads by every criterion and chooses HIES's alpha per ratio on
-    the ID validation split; writes `scores.npz` and `hies_alpha.json`. Prunes no model (the
-    curves prune one-shot, in `evaluate`)."""
-    workdir = Workdir.of(workdir)
-    with workdir.stage("load"):
-        (model,), data, _ = engine.published(config.base_workdir, [0])
-        validation = data.id_validation()
-        if validation is None:
-            raise ValueError(f"HIES's alpha is chosen on validation data, but the run in "
-                             f"{config.base_workdir} has none (data.validation)")  # fmt: skip
-        calibration = labelled_batches(
-            data.study.train,
-            config.calibration_size,
-            config.calibration_seed,
-            config.calibration_size,
-        )
-    workdir.claim(config)  # after the base run is found: a failure creates nothing
+def check(context: Context) -> None:
+    """Refuses a study without ID validation data (HIES's alpha is chosen on it)."""
+    if context.data.id_validation() is None:
+        raise ValueError(f"HIES's alpha is chosen on validation data, but the run in "
+                         f"{context.plan.workdir} has none (data.validation)")  # fmt: skip
+
+
+def train(context: Context) -> None:
+    """Scores member 0's heads by every criterion and chooses HIES's alpha per ratio on the ID
+    validation split; writes `scores.npz` and `hies_alpha.json`. Prunes no model (the curves
+    prune one-shot, in `evaluate`)."""
+    config, workdir, model = context.config, context.workdir, context.single
+    settings = config.pruning_curves
+    validation = context.data.id_validation()
+    calibration = labelled_batches(
+        context.data.study.train,
+        config.calibration_size,
+        config.calibration_seed,
+        config.calibration_size,
+    )
     with workdir.stage("scores (HIS + AE + l2)"):
         his, entropy = his_and_entropy(model, calibration)
         scores = {"his": his, "entropy": entropy, "l2": score(model, method="l2")}
-        for seed in config.random_seeds:
+        for seed in settings.random_seeds:
             scores[f"random_{seed}"] = score(model, method="random", seed=seed)
     with workdir.stage("alpha selection (validation)"):
         predict = MaskedPredictor(model, config.eval.batch_size)
         alphas = {}
-        for ratio in config.ratios:
+        for ratio in settings.ratios:
             accuracy = {}
-            for alpha in config.alphas:
+            for alpha in settings.alphas:
                 keep = keep_mask(hies(his, entropy, alpha), ratio=ratio)
                 accuracy[alpha] = float(
                     np.mean(predict(keep, validation).argmax(-1) == validation.labels)
                 )
-            alphas[str(ratio)] = max(config.alphas, key=lambda a: (accuracy[a], -a))
+            alphas[str(ratio)] = max(settings.alphas, key=lambda a: (accuracy[a], -a))
     if is_primary():
         np.savez(workdir / SCORES_FILE, **scores)
     workdir.write_json(ALPHAS_FILE, alphas)
-    workdir.save_stages()
 
 
-def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
-    """Computes every pruning curve from the scores `train` wrote; writes results.json,
-    report.md and plots/."""
-    workdir = Workdir.of(workdir)
-    workdir.check(config)
+def evaluate(context: Context) -> tuple[dict[str, Any], list[str]]:
+    """Every pruning curve from the scores `train` wrote (and plots/); returns the results
+    (`curves`, `hies_alpha`, `scores`) and the report section."""
+    config, workdir, model = context.config, context.workdir, context.single
+    settings = config.pruning_curves
     workdir.require(workdir / SCORES_FILE, "head scores")
-    with workdir.stage("load"):
-        (model,), data, _ = engine.published(config.base_workdir, [0])
-        limit = config.data.ood_limit
-        ood = {name: subset(s, limit) if limit else s for name, s in data.study.ood.items()}
-        with np.load(workdir / SCORES_FILE) as saved:
-            scores = dict(saved)
-        alphas = workdir.read_json(ALPHAS_FILE)
+    limit = config.data.ood_limit
+    ood = {name: subset(s, limit) if limit else s for name, s in context.data.study.ood.items()}
+    with np.load(workdir / SCORES_FILE) as saved:
+        scores = dict(saved)
+    alphas = workdir.read_json(ALPHAS_FILE)
     his, entropy = scores["his"], scores["entropy"]
     predict = MaskedPredictor(model, config.eval.batch_size)
     L, N = his.shape
-    test = data.study.test
+    test = context.data.study.test
     reference = predict(np.ones((L, N), np.float32), test).argmax(-1)
 
     curves: dict[str, dict[str, Any]] = {}
-    jobs = [(c, r) for c in config.criteria for r in config.ratios]
+    jobs = [(c, r) for c in settings.criteria for r in settings.ratios]
     with workdir.stage("pruning curves"):
         for criterion, ratio in tqdm(jobs, desc="pruning curves"):
-            seeds = config.random_seeds
+            seeds = settings.random_seeds
             names = [f"random_{s}" for s in seeds] if criterion == "random" else [criterion]
             points = []
             for name in names:
@@ -159,15 +157,13 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict
         "curves": curves,
         "hies_alpha": alphas,
         "scores": {k: v.tolist() for k, v in {**scores, "ad": 1 - entropy}.items()},
-        "stages": workdir.train_stages(),
         "stability_definition": "ours: % of ID test examples predicted as the unpruned model does",
     }
     if is_primary():  # several processes: one writes
-        _plot_curves(workdir / "plots", config, curves)
+        _plot_curves(workdir / "plots", settings, curves)
         _plot_scores(workdir / "plots", {"HIS": his, "AE (entropy)": entropy, "L2": scores["l2"],
                                          "HIES alpha=0.5": hies(his, entropy, 0.5)})  # fmt: skip
-    workdir.write_results(results, markdown(config, results), config)
-    return results
+    return results, section(settings, results)
 
 
 def _mean_points(points: list[dict[str, Any]]) -> dict[str, Any]:
@@ -180,16 +176,16 @@ def _mean_points(points: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def markdown(config: ml_collections.ConfigDict, results: dict[str, Any]) -> str:
-    lines = [f"# {config.title}", ""]
-    lines += [
+def section(settings: ml_collections.ConfigDict, results: dict[str, Any]) -> list[str]:
+    """The report's tables: one per metric, a row per criterion, a column per ratio."""
+    lines = [
         "Stability is our definition: % of ID test examples whose predicted class equals the "
         "unpruned model's. Random is the mean over seeds "
-        f"{list(config.random_seeds)}. HIES alpha per ratio (chosen on validation accuracy): "
+        f"{list(settings.random_seeds)}. HIES alpha per ratio (chosen on validation accuracy): "
         + ", ".join(f"{float(r):.0%}: {a}" for r, a in results["hies_alpha"].items()),
         "",
     ]
-    ratios = [str(r) for r in config.ratios]
+    ratios = [str(r) for r in settings.ratios]
     labels = {
         "acc": "Accuracy %",
         "stability": "Stability % (ours)",
@@ -205,22 +201,20 @@ def markdown(config: ml_collections.ConfigDict, results: dict[str, Any]) -> str:
             cells = [f"{scale * curve[r][key]:.2f}" for r in ratios]
             lines.append(f"| {criterion} | " + " | ".join(cells) + " |")
         lines.append("")
-    lines += ["## Wall time per stage", "", "| stage | seconds |", "|---|---|"]
-    lines += [f"| {k} | {v:.1f} |" for k, v in results["stages"].items()]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
-def _plot_curves(directory: Path, config: ml_collections.ConfigDict, curves: dict) -> None:
+def _plot_curves(directory: Path, settings: ml_collections.ConfigDict, curves: dict) -> None:
     plt = pyplot()
     directory.mkdir(parents=True, exist_ok=True)
-    ratios = [float(r) for r in config.ratios]
+    ratios = [float(r) for r in settings.ratios]
     fig, axes = plt.subplots(1, len(CURVE_METRICS), figsize=(4 * len(CURVE_METRICS), 3.5))
     for ax, key in zip(axes, CURVE_METRICS, strict=True):
         for criterion, curve in curves.items():
-            y = np.array([curve[str(r)][key] for r in config.ratios])
+            y = np.array([curve[str(r)][key] for r in settings.ratios])
             ax.plot(ratios, y, marker="o", label=criterion)
-            if f"{key}_std" in curve[str(config.ratios[0])]:
-                std = np.array([curve[str(r)][f"{key}_std"] for r in config.ratios])
+            if f"{key}_std" in curve[str(settings.ratios[0])]:
+                std = np.array([curve[str(r)][f"{key}_std"] for r in settings.ratios])
                 ax.fill_between(ratios, y - std, y + std, alpha=0.2)
         ax.set(xlabel="fraction of heads pruned", title=key)
     axes[0].legend()
@@ -229,9 +223,8 @@ def _plot_curves(directory: Path, config: ml_collections.ConfigDict, curves: dic
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for criterion, curve in curves.items():
-        ax.plot(
-            ratios, [100 * curve[str(r)]["acc"] for r in config.ratios], marker="o", label=criterion
-        )
+        accuracy = [100 * curve[str(r)]["acc"] for r in settings.ratios]
+        ax.plot(ratios, accuracy, marker="o", label=criterion)
     ax.set(xlabel="fraction of heads pruned", ylabel="test accuracy %", title="Accuracy vs pruning")
     ax.legend()
     fig.tight_layout()

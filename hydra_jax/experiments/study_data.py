@@ -18,6 +18,12 @@ from hydra_jax.data import Dataset, TextEncoder, TokenizedSet, concat_all, rando
 from hydra_jax.models import BertConfig, Model
 from hydra_jax.models.sharding import barrier, is_primary
 
+# The class names of the embedded sets that have them (label order), for zero-shot prompts.
+CLASS_NAMES = {
+    "fashion_mnist": ("t-shirt", "trouser", "pullover", "dress", "coat",
+                      "sandal", "shirt", "sneaker", "bag", "ankle boot"),
+}  # fmt: skip
+
 
 def checkpoint_dir(config: ml_collections.ConfigDict) -> Path:
     return Path(config.checkpoint) if config.checkpoint else minilm_l6_path()

@@ -32,13 +32,28 @@ from hydra_jax.models.sharding import barrier, is_primary
 COSMETIC_KEYS = frozenset({"title", "mesh.data", "mesh.member", "mesh.heads"})
 # Keys added after runs were recorded, with the value that reproduces those runs: a recorded
 # config without one is read as having that value.
-ADDED_KEYS = {"eval.dtype": "float32"}
+ADDED_KEYS = {"eval.dtype": "float32", "zero_shot.held_out": []}
 # Keys renamed so that a setting has one spelling in every study: a recorded config's old key is
 # read as the new one.
 RENAMED_KEYS = {"eval_batch_size": "eval.batch_size", "ood_limit": "data.ood_limit",
                 "train_limit": "data.train_limit", "eval_limit": "data.eval_limit"}  # fmt: skip
-# Values renamed: the experiments that became configs of the study engine.
-RENAMED_VALUES = {"experiment": {"baselines": "study", "hydra": "study", "custom": "study"}}
+# The studies that became configs of the study engine: a recorded config's `experiment` (gone)
+# names its kind; a kind's settings that moved are read under their new keys, and the keys
+# that now say what the study does are read with the values that reproduce it.
+ENGINE_STUDIES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
+    "pruning": (
+        {k: f"pruning_curves.{k}" for k in ("ratios", "criteria", "random_seeds", "alphas")},
+        {"methods": [], "analyses": ["pruning_curves"]},
+    ),
+    "ablations": (
+        {"sizes": "ablations.sizes", "strategies": "ablations.strategies"},
+        {"methods": [], "analyses": ["ablations"]},
+    ),
+    "zero_shot": (
+        {"templates": "zero_shot.templates", "held_out": "zero_shot.held_out"},
+        {"zero_shot.enabled": True},
+    ),
+}
 LOCK_FILE = ".lock"
 CONFIG_FILE = "config.json"
 TIMINGS_FILE = "train_timings.json"  # the train stage's wall time per stage
@@ -73,8 +88,9 @@ def config_differences(config: ml_collections.ConfigDict, recorded: dict) -> lis
     """Keys whose values differ between `config` and a recorded `config.json` (cosmetic ones
     excepted), each as `key: recorded -> now`."""
     now, before = flat(config), flat(recorded)
+    moved, implied = ENGINE_STUDIES.get(before.pop("experiment", ""), ({}, {}))
+    before = {moved.get(k, k): v for k, v in before.items()} | implied
     before = {RENAMED_KEYS.get(k, k): v for k, v in before.items()}
-    before |= {k: RENAMED_VALUES[k].get(v, v) for k, v in before.items() if k in RENAMED_VALUES}
     before |= {k: v for k, v in ADDED_KEYS.items() if k in now and k not in before}
     keys = sorted((set(now) | set(before)) - COSMETIC_KEYS)
     missing = object()

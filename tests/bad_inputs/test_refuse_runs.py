@@ -13,7 +13,7 @@ import pytest
 
 import hydra_jax as hj
 from hydra_jax.data import TextEncoder, TokenizedSet
-from hydra_jax.experiments import engine, zero_shot
+from hydra_jax.experiments import engine
 from hydra_jax.experiments.workdir import Workdir, WorkdirError
 from hydra_jax.models import sharding
 from hydra_jax.training import TrainSettings, fit
@@ -140,10 +140,31 @@ CASES = [
         id="an unknown Hydra method",
     ),
     pytest.param(
-        lambda c: zero_shot.train(study(methods=("hydra_hies",)), c.tmp / "never_claimed"),
+        lambda c: engine.train(
+            study(methods=("single", "deep_ensemble"), zero_shot={"enabled": True}),
+            c.tmp / "never_claimed",
+        ),
         ValueError,
-        "unknown zero-shot methods ['hydra_hies']",
-        id="an unknown method in the zero-shot study",
+        "zero_shot.enabled trains no classifier, so ['deep_ensemble'] cannot run",
+        id="a method that trains in a zero-shot study",
+    ),
+    pytest.param(
+        lambda c: engine.train(study(methods=(), analyses="pruning_curvs"), c.tmp / "never"),
+        ValueError,
+        "config.analyses: ['pruning_curvs']; known: pruning_curves, ablations",
+        id="an unknown analysis",
+    ),
+    pytest.param(
+        lambda c: engine.train(study(methods=()), c.tmp / "never_claimed"),
+        ValueError,
+        "config.methods: no methods (and no analyses)",
+        id="a study with nothing to do",
+    ),
+    pytest.param(
+        lambda c: engine.train(study(experiment="pruning", methods=()), c.tmp / "never_claimed"),
+        ValueError,
+        "config.experiment is gone: every study runs on the study engine",
+        id="a config of the experiments before the engine",
     ),
     pytest.param(
         lambda c: sharding.make_mesh(data=4096),

@@ -12,7 +12,8 @@ import pytest
 
 import hydra_jax as hj
 from hydra_jax import metrics
-from hydra_jax.experiments import zero_shot
+from hydra_jax.data.files import ClassNames, DataError
+from hydra_jax.experiments import engine
 from hydra_jax.models import DualEncoderConfig
 
 
@@ -23,7 +24,8 @@ def c(c):
     c.text = dataclasses.replace(c.bert.config, num_labels=0)
     c.dual = hj.Model.init(DualEncoderConfig(c.vision, c.text, 5), jax.random.key(4))
     c.tokenize = lambda texts: {"input_ids": np.ones((len(texts), 3), np.int32)}
-    c.config = ml_collections.ConfigDict({"held_out": ("trousers",)})
+    c.config = ml_collections.ConfigDict({"zero_shot": {"held_out": ("trousers",)}})
+    c.classes = engine.Data(None, 2, lambda: None, lambda: None, ClassNames(("shirt", "trouser")))
     return c
 
 
@@ -65,9 +67,9 @@ CASES = [
         id="vision tower projecting a missing pooler",
     ),
     pytest.param(
-        lambda c: zero_shot.seen_classes(c.config),
-        ValueError,
-        "held_out names unknown classes ['trousers']",
+        lambda c: engine.held_out(c.config, c.classes),
+        DataError,
+        "zero_shot.held_out names unknown classes ['trousers']; classes: ['shirt', 'trouser']",
         id="held-out class that does not exist",
     ),
     pytest.param(

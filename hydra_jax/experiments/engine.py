@@ -74,7 +74,7 @@ from hydra_jax.training import TrainSettings, fit
 class Data:
     """A study's sets, and what its data decide besides: the number of classes, their names
     (labelled files), the tokenizer (text) and the ID and pooled OOD validation sets (read when
-    asked for; None where the study has none)."""
+    first asked for, once; None where the study has none)."""
 
     study: study_data.StudyData
     num_classes: int
@@ -111,8 +111,8 @@ def load_data(config: ml_collections.ConfigDict, model: Model | None = None) -> 
     else:
         names = study_data.CLASS_NAMES.get(config.data.id_set)
         data = Data(study_data.load_data(config, model), study_data.num_classes(config),
-                    functools.partial(study_data.id_validation, config),
-                    functools.partial(study_data.ood_validation, config),
+                    functools.cache(functools.partial(study_data.id_validation, config)),
+                    functools.cache(functools.partial(study_data.ood_validation, config)),
                     ClassNames(names) if names else None)  # fmt: skip
     held = held_out(config, data)
     return seen_only(data, np.array(list(held.values()), int)) if held else data
@@ -144,7 +144,8 @@ def seen_only(data: Data, held: np.ndarray) -> Data:
 
     study = dataclasses.replace(data.study, train=seen(data.study.train))
     validation = data.id_validation
-    return dataclasses.replace(data, study=study, id_validation=lambda: seen(validation()))
+    seen_validation = functools.cache(lambda: seen(validation()))
+    return dataclasses.replace(data, study=study, id_validation=seen_validation)
 
 
 def checkpoint(config: ml_collections.ConfigDict) -> Path | None:
@@ -252,13 +253,12 @@ def check_analyses_on(
 
 
 def check_analyses(names: Sequence[str] | str) -> list[str]:
-    """`names` (a sequence, or comma-separated) if every one is a known analysis."""
-    if isinstance(names, str):
-        names = [n.strip() for n in names.split(",") if n.strip()]
+    """`names` (`methods.split_names`) if every one is a known analysis."""
+    names = methods.split_names(names)
     unknown = [n for n in names if n not in ANALYSES]
     if unknown:
         raise ValueError(f"config.analyses: {unknown}; known: {', '.join(ANALYSES)}")
-    return list(names)
+    return names
 
 
 def check_packed(config: ml_collections.ConfigDict, architecture: Any) -> None:

@@ -115,17 +115,23 @@ BUILDERS: dict[str, Callable[[str, Trained], Method]] = {
 MEMBER_METHODS = ("single", "deep_ensemble", "mc_dropout")
 
 
-def check_names(names: Sequence[str] | str, empty: bool = False) -> list[str]:
-    """`names` (a sequence, or comma-separated as on the command line:
-    `single,deep_ensemble,hydra_taylor`) if every one is a known method; none only if `empty`
-    (a study whose work is all analyses)."""
+def split_names(names: Sequence[str] | str) -> list[str]:
+    """`names`, a sequence or comma-separated as on the command line
+    (`single,deep_ensemble,hydra_taylor`), as a list."""
     if isinstance(names, str):
-        names = [n.strip() for n in names.split(",") if n.strip()]
+        return [n.strip() for n in names.split(",") if n.strip()]
+    return list(names)
+
+
+def check_names(names: Sequence[str] | str, empty: bool = False) -> list[str]:
+    """`names` (`split_names`) if every one is a known method; none only if `empty` (a study
+    whose work is all analyses)."""
+    names = split_names(names)
     unknown = [n for n in names if n not in BUILDERS]
     if (not names and not empty) or unknown:
         what = unknown or "no methods (and no analyses)"
         raise ValueError(f"config.methods: {what}; known: {', '.join(sorted(BUILDERS))}")
-    return list(names)
+    return names
 
 
 def strategies(config: ml_collections.ConfigDict) -> list[str]:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import chex
 import jax
 import ml_collections
 import numpy as np
@@ -169,6 +170,15 @@ def test_mc_dropout_flops_count_every_sample(smoke_run):
     per_example = flops / next(iter(batch.values())).shape[0]
     reported = results["methods"]["mc_dropout"]["cost"]["flops_per_example"]
     assert reported == pytest.approx(per_example, rel=0.05)
+
+
+def test_single_pass_ensembles_add_parameters_and_lora_keeps_the_backbone(smoke_run):
+    config, workdir, results = smoke_run
+    cost = {name: r["cost"]["params"] for name, r in results["methods"].items()}
+    assert cost["batch_ensemble"] > cost["single"] and cost["lora_ensemble"] > cost["single"]
+    lora = hj.load_model(workdir / "efficient" / "lora_ensemble")
+    frozen = hj.from_pretrained(config.checkpoint)  # the backbone stayed the checkpoint's
+    chex.assert_trees_all_equal(lora.params["shared"], frozen.params)
 
 
 def test_smoke_training_learns_the_synthetic_task(smoke_run):
@@ -424,8 +434,11 @@ def test_cli_on_two_processes_equals_one_process(smoke_run, tmp_path):
         f"--config.{k}={v}"
         for k, v in flat(config).items()
         if k in ("data_dir", "checkpoint", "data.max_tokens", "ensemble_size")
-        or k.startswith("train.")  # epochs, learning rate, checkpoint cadence
+        or (k.startswith("train.") and k != "train.checkpoint_every")  # epochs, learning rate
     ]
+    # One checkpoint per member, at the end (it changes no result): a save on two processes
+    # waits for both; saving and resuming across processes is tests/test_sharding.py's.
+    overrides.append("--config.train.checkpoint_every=1000")
     names = ("single", "deep_ensemble", "mc_dropout")
     assert set(names) <= set(config.methods)
     overrides.append(f"--config.methods={names!r}")

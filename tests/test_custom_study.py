@@ -311,8 +311,9 @@ def test_the_image_study_runs_on_other_vision_families(tmp_path, vit_dir, family
 
 def test_a_prepared_tfds_dataset_feeds_the_study(tmp_path, text_encoder_dir, synthetic_data_dir):
     """A TFDS dataset prepared in the data dir (integer labels named "0", "1"), and a
-    Packed-Ensemble of a text checkpoint's architecture: the other single-pass ensembles run in
-    the text study (tests/test_experiments.py), the Packed-Ensemble there only on images."""
+    Packed-Ensemble of a text checkpoint's architecture (elsewhere it runs on images only,
+    tests/test_vision_experiments.py; the BatchEnsemble and LoRA-Ensemble run in the text smoke
+    study, tests/test_experiments.py)."""
     hj.data.load("movie_reviews", "test", synthetic_data_dir)  # prepares the embedded builder
     config = smoke_config()
     config.model = str(text_encoder_dir)

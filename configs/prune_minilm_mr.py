@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from configs import common
+
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if arg not in ("", "smoke"):
@@ -30,21 +32,13 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.calibration_seed = 0
     c.methods = ()  # no rows of methods: the study is its analysis
     c.analyses = ("pruning_curves",)
-    c.pruning_curves = ml_collections.ConfigDict(
-        dict(
-            ratios=tuple(round(0.1 * i, 1) for i in range(8)),
-            criteria=("random", "l2", "his", "ad", "hies"),
-            random_seeds=(0, 1, 2),
-            alphas=tuple(round(0.1 * i, 1) for i in range(10)),
-        )
-    )
+    c.pruning_curves = common.pruning_curves(smoke=arg == "smoke")
     c.data = ml_collections.ConfigDict(dict(ood_limit=1000))  # OOD sets: a fixed random subset
     c.eval = ml_collections.ConfigDict(dict(batch_size=64))
     if arg == "smoke":
         c.title += " (smoke)"
         c.base_workdir = "runs/smoke"
         c.calibration_size = 16
-        c.pruning_curves.update(ratios=(0.0, 0.3, 0.6), random_seeds=(0, 1), alphas=(0.0, 0.5))
         c.data.ood_limit = 48
         c.eval.batch_size = 32
     # The device mesh the run is laid out on (docs/scale.md); it changes no result.

@@ -32,6 +32,12 @@ are that classifier's pruned members fused as they are (the Hydra paper's zero-s
 Classes named in `zero_shot.held_out` never reach training or head selection; the report gives
 their accuracy apart from the seen classes'.
 
+Analyses of member 0 beyond the methods' rows (`--config.analyses=pruning_curves,ablations`):
+`pruning_curves`, one-shot head pruning by every criterion (random, l2, his, ad, hies) at 0..70%
+of the heads, HIES's alpha chosen per ratio on `data.validation` (which it needs);
+`ablations`, Hydra members of each size in `ablations.sizes` and head-set strategy in
+`ablations.strategies`, fine-tuned and evaluated before and after fusion.
+
 `smoke` variant: every budget cut to about a minute on a small model (one short epoch, 16
 calibration examples; 3 members, as in the full variant).
 """
@@ -39,6 +45,8 @@ calibration examples; 3 members, as in the full variant).
 from __future__ import annotations
 
 import ml_collections
+
+from configs import common
 
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
@@ -104,6 +112,14 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.zero_shot = ml_collections.ConfigDict(
         dict(enabled=False, templates=("a photo of a {}.",), held_out=())
     )
+    # Analyses of member 0 (comma-separated; module docstring); their heads are scored on
+    # `calibration_size` training examples drawn with `calibration_seed`.
+    c.analyses = ""
+    c.pruning_curves = common.pruning_curves(smoke=variant == "smoke")
+    c.calibration_seed = 0
+    c.ablations = ml_collections.ConfigDict(
+        dict(sizes=(2, 3, 4, 6), strategies=("taylor", "stratified"))
+    )
     c.eval = ml_collections.ConfigDict(
         dict(batch_size=64, num_bins=15, latency_batch=32, latency_tokens=64, latency_repeats=10)
     )
@@ -117,5 +133,6 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.member_train.epochs = 0.5
         c.calibration_size = 16
         c.circuit.update(examples=16, objectives=("nll", "avg"))
+        c.ablations.sizes = (2,)
         c.eval.update(batch_size=16, latency_batch=4, latency_tokens=16, latency_repeats=1)
     return c

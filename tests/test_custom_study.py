@@ -310,21 +310,39 @@ def test_the_image_study_runs_on_other_vision_families(tmp_path, vit_dir, family
 
 
 def test_a_prepared_tfds_dataset_feeds_the_study(tmp_path, text_encoder_dir, synthetic_data_dir):
-    """A TFDS dataset prepared in the data dir (integer labels named "0", "1"), and a
+    """A TFDS dataset prepared in the data dir (integer labels named "0", "1"), a
     Packed-Ensemble of a text checkpoint's architecture (elsewhere it runs on images only,
     tests/test_vision_experiments.py; the BatchEnsemble and LoRA-Ensemble run in the text smoke
-    study, tests/test_experiments.py)."""
+    study, tests/test_experiments.py), and both analyses on the user's member 0 and files."""
     hj.data.load("movie_reviews", "test", synthetic_data_dir)  # prepares the embedded builder
     config = smoke_config()
     config.model = str(text_encoder_dir)
     config.data_dir = str(synthetic_data_dir)
-    config.data.update(train="tfds:vader_sentences/movie_reviews:train",
-                       test="tfds:vader_sentences/movie_reviews:test",
-                       train_limit=16, eval_limit=8)  # fmt: skip
+    source = "tfds:vader_sentences/movie_reviews"
+    config.data.update(train=f"{source}:train", validation=f"{source}:validation",
+                       test=f"{source}:test", train_limit=16, eval_limit=8)  # fmt: skip
     config.methods = "single,packed_ensemble"
+    config.analyses = "pruning_curves,ablations"
+    config.ablations.strategies = ("stratified",)  # taylor's members: the ViT ablation test's
     engine.train(config, tmp_path / "run")
     results = engine.evaluate(config, tmp_path / "run")
     assert set(results["methods"]) == {"single", "packed_ensemble"}
+    # The analyses on member 0, in a study without OOD sets (so without OOD AUROC): unpruned,
+    # every criterion is the single model's row.
+    curves = results["curves"]
+    assert set(curves) == set(config.pruning_curves.criteria)
+    for criterion, curve in curves.items():
+        assert curve["0.0"]["acc"] == results["methods"]["single"]["id"]["acc"], criterion
+        assert curve["0.6"]["heads_kept"] == 3, criterion  # round(0.6 x 8) = 5 of 2 x 4 heads gone
+        assert "ood_auroc" not in curve["0.0"], criterion
+    rows = results["rows"]
+    assert [(r["mlp"], r["size"], r["strategy"]) for r in rows] == [
+        (mlp, 2, "stratified") for mlp in ("per_member_mlp", "averaged_mlp")
+    ]
+    assert all(r["heads_per_member"] == 2 and r["ood_auroc"] is None for r in rows)
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "Stability % (ours)" in report and "| 2 | 2 | stratified |" in report
+    assert "Mean OOD AUROC" not in report
     assert json.loads((tmp_path / "run" / "classes.json").read_text()) == ["0", "1"]
     logits = np.load(tmp_path / "run" / "predictions" / "packed_ensemble.npz")["id_logits"]
     assert logits.shape == (8, config.ensemble_size, 2)  # M members, one pass

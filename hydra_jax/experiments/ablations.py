@@ -110,7 +110,7 @@ def evaluate(context: Context) -> tuple[dict[str, Any], list[str]]:
                     "heads_per_member": int(sets[0, 0].sum()), "overlap": overlap(sets),
                     **{k: result["id"][k] for k in ("acc", "nll", "ece", "disagreement",
                                                     "mutual_information")},
-                    "ood_auroc": result["ood"]["mean"]["auroc"],
+                    "ood_auroc": result["ood"]["mean"]["auroc"] if ood else None,
                     **{k: v for k, v in cost(method, batch, 3).items()
                        if k in ("params", "flops_per_example")},
                 })  # fmt: skip
@@ -140,11 +140,12 @@ def section(rows: list[dict]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        auroc = "-" if r["ood_auroc"] is None else f"{100 * r['ood_auroc']:.2f}"  # no OOD sets
         lines.append(
             f"| {r['size']} | {r['heads_per_member']} | {r['strategy']} | "
             f"{100 * r['overlap']:.1f} | {r['mlp']} | {100 * r['acc']:.2f} | {r['nll']:.4f} | "
             f"{100 * r['ece']:.2f} | {100 * r['disagreement']:.2f} | "
-            f"{r['mutual_information']:.4f} | {100 * r['ood_auroc']:.2f} | {r['params']:,} | "
+            f"{r['mutual_information']:.4f} | {auroc} | {r['params']:,} | "
             f"{r['flops_per_example'] / 1e6:.2f} |"
         )
     return lines
@@ -160,6 +161,8 @@ def _plots(directory: Path, rows: list[dict]) -> None:
         "mlp_merge": ("acc", "ID accuracy", None),
         "disagreement": ("disagreement", "member disagreement", None),
     }
+    if rows[0]["ood_auroc"] is None:  # a study without OOD sets
+        del panels["ensemble_size"]
     for name, (key, label, only) in panels.items():
         fig, ax = plt.subplots(figsize=(5, 3.5))
         for strategy in strategies:

@@ -3,12 +3,12 @@
 For every ratio in `pruning_curves.ratios` and criterion in `pruning_curves.criteria` (random
 over several seeds, l2, his, ad, hies), heads are removed by global top-k with no fine-tuning,
 and the pruned model is scored on the ID test set (accuracy, stability, ECE, NLL) and the OOD
-test sets (MSP AUROC). HIES's alpha is chosen per ratio on the ID validation split from
-`pruning_curves.alphas`. `train` scores the heads and chooses the alphas (`scores.npz`,
-`hies_alpha.json`); `evaluate` draws the curves from them. Member 0 is a study's own or that of
-`base_workdir`, on its data: the embedded sets, or your files (whose run then needs
-`data.validation`). Stability is OUR definition (the HIES paper gives none): the percentage of
-test examples whose predicted class equals the unpruned model's.
+test sets, if the study has any (MSP AUROC). HIES's alpha is chosen per ratio on the ID
+validation split from `pruning_curves.alphas`. `train` scores the heads and chooses the alphas
+(`scores.npz`, `hies_alpha.json`); `evaluate` draws the curves from them. Member 0 is a
+study's own or that of `base_workdir`, on its data: the embedded sets, or your files (whose run
+then needs `data.validation`). Stability is OUR definition (the HIES paper gives none): the
+percentage of test examples whose predicted class equals the unpruned model's.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ def curve_point(
     ood: dict[str, Dataset],
     reference: np.ndarray,
 ) -> dict[str, Any]:
-    """The metrics of one pruned model; `reference` is the unpruned model's test predictions."""
+    """The metrics of one pruned model; `reference` is the unpruned model's test predictions.
+    Without OOD sets (`ood` empty) the point has no OOD AUROC."""
     probs = softmax(predict(mask, test))
     classification = metrics.classification(probs, test.labels)
     id_score = metrics.ood_score(probs)
@@ -68,15 +69,24 @@ def curve_point(
         name: metrics.ood(id_score, metrics.ood_score(softmax(predict(mask, s))))["auroc"]
         for name, s in ood.items()
     }
-    return {
+    point = {
         "acc": classification["acc"],
         "stability": float(np.mean(probs.argmax(-1) == reference)),
         "ece": classification["ece"],
         "nll": classification["nll"],
-        "ood_auroc": float(np.mean(list(auroc.values()))),
-        "ood_auroc_per_set": auroc,
-        "heads_kept": int(mask.sum()),
     }
+    if ood:
+        point |= {"ood_auroc": float(np.mean(list(auroc.values()))), "ood_auroc_per_set": auroc}
+    return point | {"heads_kept": int(mask.sum())}
+
+
+def measured(point: dict[str, Any]) -> list[str]:
+    """The keys of `CURVE_METRICS` a curve point holds (no OOD AUROC without OOD sets)."""
+    return [k for k in CURVE_METRICS if k in point]
+
+
+def first_point(curves: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return next(iter(next(iter(curves.values())).values()))
 
 
 def check(context: Context) -> None:
@@ -169,8 +179,9 @@ def evaluate(context: Context) -> tuple[dict[str, Any], list[str]]:
 def _mean_points(points: list[dict[str, Any]]) -> dict[str, Any]:
     if len(points) == 1:
         return points[0]
-    out = {k: float(np.mean([p[k] for p in points])) for k in CURVE_METRICS}
-    out.update({f"{k}_std": float(np.std([p[k] for p in points])) for k in CURVE_METRICS})
+    keys = measured(points[0])
+    out = {k: float(np.mean([p[k] for p in points])) for k in keys}
+    out.update({f"{k}_std": float(np.std([p[k] for p in points])) for k in keys})
     out["heads_kept"] = points[0]["heads_kept"]  # the same for every seed at one ratio
     out["seeds"] = points
     return out
@@ -194,8 +205,8 @@ def section(settings: ml_collections.ConfigDict, results: dict[str, Any]) -> lis
         "ood_auroc": "Mean OOD AUROC %",
     }
     header = "| criterion | " + " | ".join(f"{float(r):.0%}" for r in ratios) + " |"
-    for key, label in labels.items():
-        lines += [f"## {label}", "", header, "|---|" + "---|" * len(ratios)]
+    for key in measured(first_point(results["curves"])):
+        lines += [f"## {labels[key]}", "", header, "|---|" + "---|" * len(ratios)]
         for criterion, curve in results["curves"].items():
             scale = 1 if key == "nll" else 100
             cells = [f"{scale * curve[r][key]:.2f}" for r in ratios]
@@ -208,8 +219,9 @@ def _plot_curves(directory: Path, settings: ml_collections.ConfigDict, curves: d
     plt = pyplot()
     directory.mkdir(parents=True, exist_ok=True)
     ratios = [float(r) for r in settings.ratios]
-    fig, axes = plt.subplots(1, len(CURVE_METRICS), figsize=(4 * len(CURVE_METRICS), 3.5))
-    for ax, key in zip(axes, CURVE_METRICS, strict=True):
+    keys = measured(first_point(curves))
+    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.5))
+    for ax, key in zip(axes, keys, strict=True):
         for criterion, curve in curves.items():
             y = np.array([curve[str(r)][key] for r in settings.ratios])
             ax.plot(ratios, y, marker="o", label=criterion)

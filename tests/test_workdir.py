@@ -113,6 +113,23 @@ def test_a_run_of_a_study_before_the_engine_is_still_its_configs(
     Workdir(tmp_path).check(config)
 
 
+def test_a_custom_run_recorded_before_its_analyses_is_still_its_configs(tmp_path):
+    """`configs/custom.py` gained `analyses` and their settings; a run recorded without them ran
+    no analysis: it is the config that lists none, whatever those settings, and not one that
+    lists an analysis."""
+    config = custom.get_config("smoke")
+    recorded = json.loads(config.to_json())
+    for key in ("analyses", "pruning_curves", "ablations", "calibration_seed"):
+        del recorded[key]
+    (tmp_path / "config.json").write_text(json.dumps(recorded))
+    config.ablations.sizes = (4,)
+    Workdir(tmp_path).check(config)
+    config.analyses = "ablations"
+    with pytest.raises(WorkdirError, match=r"these keys differ \(recorded -> given\): analyses: "
+                                           r"'' -> 'ablations'\. Use"):  # fmt: skip
+        Workdir(tmp_path).check(config)
+
+
 def test_a_run_of_another_study_kind_is_another_config(tmp_path):
     config = minilm_mr.get_config("smoke")
     recorded = json.loads(config.to_json()) | {"experiment": "pruning"}

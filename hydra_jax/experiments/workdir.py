@@ -32,7 +32,10 @@ from hydra_jax.models.sharding import barrier, is_primary
 COSMETIC_KEYS = frozenset({"title", "mesh.data", "mesh.member", "mesh.heads"})
 # Keys added after runs were recorded, with the value that reproduces those runs: a recorded
 # config without one is read as having that value.
-ADDED_KEYS = {"eval.dtype": "float32", "zero_shot.held_out": []}
+ADDED_KEYS = {"eval.dtype": "float32", "zero_shot.held_out": [], "analyses": ""}
+# Settings read only by a listed analysis (`configs/custom.py` gained them with `analyses`): a
+# recorded config without `analyses` ran none, so whatever they are now reproduces it.
+ANALYSIS_SETTINGS = ("pruning_curves.", "ablations.", "calibration_seed")
 # Keys renamed so that a setting has one spelling in every study: a recorded config's old key is
 # read as the new one.
 RENAMED_KEYS = {"eval_batch_size": "eval.batch_size", "ood_limit": "data.ood_limit",
@@ -91,6 +94,8 @@ def config_differences(config: ml_collections.ConfigDict, recorded: dict) -> lis
     moved, implied = ENGINE_STUDIES.get(before.pop("experiment", ""), ({}, {}))
     before = {moved.get(k, k): v for k, v in before.items()} | implied
     before = {RENAMED_KEYS.get(k, k): v for k, v in before.items()}
+    if "analyses" not in before:
+        before |= {k: v for k, v in now.items() if k.startswith(ANALYSIS_SETTINGS)} | before
     before |= {k: v for k, v in ADDED_KEYS.items() if k in now and k not in before}
     keys = sorted((set(now) | set(before)) - COSMETIC_KEYS)
     missing = object()

@@ -86,6 +86,7 @@ def measured(point: dict[str, Any]) -> list[str]:
 
 
 def first_point(curves: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The first criterion's first ratio: every point holds the same metrics."""
     return next(iter(next(iter(curves.values())).values()))
 
 

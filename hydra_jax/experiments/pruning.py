@@ -85,9 +85,9 @@ def measured(point: dict[str, Any]) -> list[str]:
     return [k for k in CURVE_METRICS if k in point]
 
 
-def first_point(curves: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The first criterion's first ratio: every point holds the same metrics."""
-    return next(iter(next(iter(curves.values())).values()))
+def curve_metrics(curves: dict[str, dict[str, Any]]) -> list[str]:
+    """The metrics of every point of `curves` (`measured` of the first: all hold the same)."""
+    return measured(next(iter(next(iter(curves.values())).values())))
 
 
 def check(context: Context) -> None:
@@ -206,7 +206,7 @@ def section(settings: ml_collections.ConfigDict, results: dict[str, Any]) -> lis
         "ood_auroc": "Mean OOD AUROC %",
     }
     header = "| criterion | " + " | ".join(f"{float(r):.0%}" for r in ratios) + " |"
-    for key in measured(first_point(results["curves"])):
+    for key in curve_metrics(results["curves"]):
         lines += [f"## {labels[key]}", "", header, "|---|" + "---|" * len(ratios)]
         for criterion, curve in results["curves"].items():
             scale = 1 if key == "nll" else 100
@@ -220,7 +220,7 @@ def _plot_curves(directory: Path, settings: ml_collections.ConfigDict, curves: d
     plt = pyplot()
     directory.mkdir(parents=True, exist_ok=True)
     ratios = [float(r) for r in settings.ratios]
-    keys = measured(first_point(curves))
+    keys = curve_metrics(curves)
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.5))
     for ax, key in zip(axes, keys, strict=True):
         for criterion, curve in curves.items():

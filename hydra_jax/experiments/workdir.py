@@ -95,7 +95,7 @@ def config_differences(config: ml_collections.ConfigDict, recorded: dict) -> lis
     before = {moved.get(k, k): v for k, v in before.items()} | implied
     before = {RENAMED_KEYS.get(k, k): v for k, v in before.items()}
     if "analyses" not in before:
-        before |= {k: v for k, v in now.items() if k.startswith(ANALYSIS_SETTINGS)} | before
+        before = {k: v for k, v in now.items() if k.startswith(ANALYSIS_SETTINGS)} | before
     before |= {k: v for k, v in ADDED_KEYS.items() if k in now and k not in before}
     keys = sorted((set(now) | set(before)) - COSMETIC_KEYS)
     missing = object()

@@ -349,6 +349,37 @@ def test_a_prepared_tfds_dataset_feeds_the_study(tmp_path, text_encoder_dir, syn
     assert hj.from_pretrained(tmp_path / "run" / "hf" / "member_0").config.num_labels == 2
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("pruning_curves.criteria", ("his", "magnitude"), r"criteria: unknown \['magnitude'\]"),
+        ("pruning_curves.ratios", (0.0, 1.0),
+         r"pruning_curves.ratios must lie in \[0, 1\), got \[1.0\]"),
+        ("pruning_curves.alphas", (), "pruning_curves.alphas is empty"),
+        ("pruning_curves.random_seeds", (-1,),
+         "pruning_curves.random_seeds must be a non-negative integer, got -1"),
+        ("ablations.sizes", (1,), "ablations.sizes must be an integer of at least 2, got 1"),
+        ("ablations.sizes", (3,), "ablations.sizes: 3 does not divide the 4 heads per layer"),
+        ("ablations.strategies", ("greedy",), r"ablations.strategies: unknown \['greedy'\]"),
+    ],
+)  # fmt: skip
+def test_bad_analysis_settings_are_refused_before_training(
+    tmp_path, text_encoder_dir, key, value, message
+):
+    """Settings given on the command line, refused by key before the workdir is claimed."""
+    write_csv(tmp_path / "data.csv", [(t, "good") for t in GOOD] + [(t, "bad") for t in BAD])
+    config = smoke_config()
+    config.model = str(text_encoder_dir)
+    data = f"csv:{tmp_path / 'data.csv'}"
+    config.data.update(train=data, validation=data, test=data)
+    config.analyses = "pruning_curves,ablations"
+    group, name = key.split(".")
+    config[group][name] = value
+    with pytest.raises(ValueError, match=message):
+        engine.train(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_bad_study_data_is_refused_before_training(tmp_path, text_encoder_dir):
     write_csv(tmp_path / "train.csv", [("fine", "good"), ("dull", "bad")])
     write_csv(tmp_path / "test.csv", [("fine", "good"), ("meh", "so-so")])

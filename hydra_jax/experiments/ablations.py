@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from hydra_jax import ensembles
+from hydra_jax import checks, ensembles
 from hydra_jax.convert.native import load_model, save_model
 from hydra_jax.data import subset
 from hydra_jax.ensembles import baselines as forwards
@@ -73,9 +73,19 @@ def train(context: Context) -> None:
 
 
 def check(context: Context) -> None:
-    """Refuses an ensemble size that does not divide member 0's heads per layer."""
+    """Refuses no sizes or strategies, an unknown strategy, and an ensemble size below 2 or that
+    does not divide member 0's heads per layer."""
+    settings = context.config.ablations
+    for key in ("sizes", "strategies"):
+        if not settings[key]:
+            raise ValueError(f"ablations.{key} is empty")
+    unknown = sorted(set(settings.strategies) - set(ensembles.STRATEGIES))
+    if unknown:
+        raise ValueError(f"ablations.strategies: unknown {unknown}; known: "
+                         f"{', '.join(ensembles.STRATEGIES)}")  # fmt: skip
     heads = context.single.config.encoder.num_heads[0]
-    for M in context.config.ablations.sizes:
+    for M in settings.sizes:
+        checks.count("ablations.sizes", M, minimum=2)  # overlap and disagreement need 2
         if heads % M:
             raise ValueError(f"ablations.sizes: {M} does not divide the {heads} heads per layer")
 

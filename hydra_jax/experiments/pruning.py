@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 from tqdm.auto import tqdm
 
-from hydra_jax import metrics
+from hydra_jax import checks, metrics
 from hydra_jax.data import Dataset, labelled_batches, subset
 from hydra_jax.evaluation import Method, predict, softmax
 from hydra_jax.evaluation.report import pyplot
@@ -29,6 +29,7 @@ from hydra_jax.heads import hies, his_and_entropy, keep_mask, score
 from hydra_jax.models import Model
 from hydra_jax.models.sharding import is_primary
 
+CRITERIA = ("random", "l2", "his", "ad", "hies")  # ad: attention entropy, low = important
 CURVE_METRICS = ("acc", "stability", "ece", "nll", "ood_auroc")
 SCORES_FILE = "scores.npz"  # every criterion's head scores [L, N], and the attention entropy
 ALPHAS_FILE = "hies_alpha.json"  # HIES's alpha per ratio, chosen on validation accuracy
@@ -91,10 +92,39 @@ def curve_metrics(curves: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def check(context: Context) -> None:
-    """Refuses a study without ID validation data (HIES's alpha is chosen on it)."""
+    """Refuses settings the curves cannot use (named by key) and a study without ID validation
+    data (HIES's alpha is chosen on it)."""
+    settings = context.config.pruning_curves
+    for key in ("ratios", "criteria", "alphas"):
+        if not settings[key]:
+            raise ValueError(f"pruning_curves.{key} is empty")
+    unknown = sorted(set(settings.criteria) - set(CRITERIA))
+    if unknown:
+        raise ValueError(f"pruning_curves.criteria: unknown {unknown}; "
+                         f"known: {', '.join(CRITERIA)}")  # fmt: skip
+    for key, one_included in (("ratios", False), ("alphas", True)):
+        bad = _not_fractions(settings[key], one_included)
+        if bad:
+            interval = "[0, 1]" if one_included else "[0, 1)"
+            raise ValueError(f"pruning_curves.{key} must lie in {interval}, got {bad}")
+    if "random" in settings.criteria:
+        if not settings.random_seeds:
+            raise ValueError("pruning_curves.random_seeds is empty (criterion random)")
+        for seed in settings.random_seeds:
+            checks.count("pruning_curves.random_seeds", seed, minimum=0)
     if context.data.id_validation() is None:
         raise ValueError(f"HIES's alpha is chosen on validation data, but the run in "
                          f"{context.plan.workdir} has none (data.validation)")  # fmt: skip
+
+
+def _not_fractions(values: Any, one_included: bool) -> list:
+    """The `values` that are not numbers in [0, 1) (or [0, 1] if `one_included`)."""
+
+    def fraction(v: Any) -> bool:
+        number = isinstance(v, int | float) and not isinstance(v, bool)
+        return number and (0 <= v < 1 or (one_included and v == 1))
+
+    return [v for v in values if not fraction(v)]
 
 
 def train(context: Context) -> None:

@@ -1,34 +1,39 @@
-"""BatchEnsemble, LoRA-Ensemble and Packed-Ensembles against their definitions: each member
-equals the plain model run with its own merged weights (`W * outer(r, s)` and its biases;
-`W + (alpha / R) A B` and its head; block-diagonal kernels), identity at the neutral
-initialisation, parameter counts by formula, a frozen LoRA backbone under `fit`, save / load,
-and the refusals."""
+"""BatchEnsemble, LoRA-Ensemble, Packed-Ensembles and MIMO against their definitions: each
+member equals the plain model run with its own merged weights (`W * outer(r, s)` and its
+biases; `W + (alpha / R) A B` and its head; block-diagonal kernels; MIMO's channel block and
+class slice), identity at the neutral initialisation, parameter counts by formula, a frozen
+LoRA backbone under `fit`, save / load, and the refusals."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import traverse_util
 
 import hydra_jax as hj
 from hydra_jax import testing
-from hydra_jax.data import TokenizedSet
+from hydra_jax.data import ImageSet, TokenizedSet
 from hydra_jax.ensembles import (
     batch_ensemble,
     lora_ensemble,
+    mimo,
+    mimo_loss,
     packed_ensemble,
     parameter_count,
     trainable,
 )
 from hydra_jax.models import BertConfig, with_classifier
 from hydra_jax.models.efficient import adapted_layers
+from hydra_jax.models.mimo import apply_members, member_indices
 from hydra_jax.models.packed import from_blocks, grouped_dense, grouped_layers, to_blocks
 from hydra_jax.testing import assert_close
-from hydra_jax.training import TrainSettings, fit
+from hydra_jax.training import TrainSettings, classification_loss, fit
 
 M, C = 3, 4  # members, classes; every other size differs from both
 BERT = BertConfig(
@@ -300,3 +305,122 @@ def test_packed_ensembles_train_save_and_refuse_bad_shapes(tmp_path):
         packed_ensemble(PACKED_BERT, 5, jax.random.key(0), alpha=2.0)
     with pytest.raises(TypeError, match="takes one architecture"):
         packed_ensemble(packed.config, 2, jax.random.key(0))
+
+
+# MIMO: one network, M x the channels and classes, trained from scratch.
+MIMO_VIT = testing.vit(layers=2, heads=3, head_dim=5, mlp_dim=11, layer_norm_eps=1e-6,
+                       num_channels=2, num_labels=C)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def mimo_model():
+    model = sharpened(mimo(MIMO_VIT, M, jax.random.key(30)))
+    images = np.random.default_rng(7).normal(size=(5, M, 2, 8, 8)).astype(np.float32)
+    return model, images
+
+
+def test_one_mimo_member_is_the_plain_model():
+    model = hj.Model.init(MIMO_VIT, jax.random.key(31))
+    one = mimo(MIMO_VIT, 1, jax.random.key(32))
+    assert jax.tree.map(np.shape, one.params) == jax.tree.map(np.shape, model.params)
+    images = {"pixel_values": np.random.default_rng(8).normal(size=(5, 2, 8, 8)).astype(np.float32)}
+    got = hj.Model(one.config, model.params)(**images).logits
+    assert got.shape == (5, 1, C)
+    assert_close(got[:, 0], model(**images).logits)
+
+
+def test_mimo_members_read_their_channel_blocks_and_own_their_class_slices(mimo_model):
+    """Member m's logits are classes m C .. (m + 1) C of the plain model with M x 2 channels on
+    the images stacked channel-wise; at test time (one image) the same with M copies."""
+    model, images = mimo_model
+    wide = dataclasses.replace(MIMO_VIT, num_channels=2 * M, num_labels=C * M)
+    stacked = np.concatenate([images[:, m] for m in range(M)], axis=1)  # [B, 2M, H, W]
+    plain = np.asarray(hj.Model(wide, model.params)(pixel_values=stacked).logits)
+    got = np.asarray(jax.jit(lambda p, x: apply_members(model.config, p, x).logits)(
+        model.params, images))  # fmt: skip
+    for m in range(M):
+        assert_close(got[:, m], plain[:, m * C : (m + 1) * C])
+    one = images[:, 0]
+    copies = np.asarray(apply_members(model.config, model.params,
+                                      np.repeat(one[:, None], M, axis=1)).logits)  # fmt: skip
+    assert_close(logits(model, {"pixel_values": one}), copies)
+    assert np.abs(got[:, 1] - copies[:, 1]).max() > 1e-2  # member 1 did read its own image
+
+
+def test_mimo_parameter_count_follows_the_formula(mimo_model):
+    """M - 1 more patch kernels and classifiers (DeiT with its teacher: both heads)."""
+    model, _ = mimo_model
+    size = lambda tree: sum(x.size for x in jax.tree.leaves(tree))  # noqa: E731
+    for member in (
+        MIMO_VIT,
+        dataclasses.replace(
+            MIMO_VIT, model_type="deit", distillation_token=True, distilled_head=True
+        ),
+    ):
+        ensemble = model if member == MIMO_VIT else mimo(member, M, jax.random.key(33))
+        one = hj.Model.init(member, jax.random.key(0)).params
+        heads = ["classifier", "distillation_classifier"][: 1 + member.distilled_head]
+        extra = 4 * 4 * 2 * 15 + sum(15 * C + C for _ in heads)  # P P C D; D C + C per head
+        assert size(ensemble.params) == parameter_count(ensemble) == size(one) + (M - 1) * extra
+
+
+def test_member_indices_shuffle_each_member_and_repeat_inputs_on_request():
+    key = jax.random.key(34)
+    rows = np.asarray(member_indices(key, 6, M, repetitions=2))
+    assert rows.shape == (M, 12)
+    for row in rows:  # each member sees every example of the batch, twice
+        np.testing.assert_array_equal(np.sort(row), np.repeat(np.arange(6), 2))
+    assert len({tuple(r) for r in rows}) == M  # independent orders
+    half = np.asarray(member_indices(key, 8, M, input_repetition=0.5))
+    np.testing.assert_array_equal(half[:, 4:], np.broadcast_to(half[0, 4:], (M, 4)))
+    assert len({tuple(r[:4]) for r in half}) > 1
+    same = np.asarray(member_indices(key, 8, M, input_repetition=1.0))
+    np.testing.assert_array_equal(same, np.broadcast_to(same[0], (M, 8)))
+
+
+def test_mimo_loss_sums_the_members_cross_entropies(mimo_model):
+    """With every input repeated, each member reads the batch's images with their labels:
+    the loss is M x the mean member cross-entropy of the test-time forward pass."""
+    model, images = mimo_model
+    batch = {"pixel_values": images[:, 0], "labels": np.array([0, 3, 1, 2, 3])}
+    key = jax.random.key(35)
+    loss, accuracy = mimo_loss(model, input_repetition=1.0)(model.params, batch, key)
+    mean, mean_accuracy = classification_loss(model)(model.params, batch, None)
+    assert_close(loss, M * mean)
+    assert_close(accuracy, mean_accuracy)
+    shuffled, _ = mimo_loss(model, repetitions=2)(model.params, batch, key)
+    shuffle_key, _ = jax.random.split(key)  # the loss draws its pairings with this half
+    rows = np.asarray(member_indices(shuffle_key, 5, M, repetitions=2)).T  # [2B, M]
+    out = apply_members(model.config, model.params, batch["pixel_values"][rows]).logits
+    labels = batch["labels"][rows]
+    ce = optax.softmax_cross_entropy_with_integer_labels
+    want = sum(ce(out[:, m], labels[:, m]).mean() for m in range(M))
+    assert_close(shuffled, want)  # member m's image with member m's label
+    assert abs(float(shuffled) - float(loss)) > 1e-3
+
+
+def test_mimo_trains_saves_and_refuses_what_it_cannot_be(mimo_model, tmp_path):
+    model, _ = mimo_model
+    rng = np.random.default_rng(9)
+    data = ImageSet(rng.normal(size=(16, 2, 8, 8)).astype(np.float32), rng.integers(0, C, 16))
+    settings = TrainSettings(epochs=1, batch_size=8, learning_rate=1e-2, checkpoint_every=100)
+    trained = fit(model, data, settings, tmp_path / "fit", loss=mimo_loss(model, 2, 0.25))
+    for layer in ("patch", "classifier"):  # the wide input and output layers learn
+        moved = model.params[layer]["kernel"] - trained.params[layer]["kernel"]
+        assert np.abs(np.asarray(moved)).max() > 0
+    hj.save_model(trained, tmp_path / "saved")
+    loaded = hj.load_model(tmp_path / "saved")
+    assert loaded.config == trained.config
+    assert trainable(loaded)(("patch", "kernel"))
+    with pytest.raises(TypeError, match="MIMO takes an image classifier"):
+        mimo(PACKED_BERT, M, jax.random.key(0))
+    with pytest.raises(ValueError, match="num_labels"):
+        mimo(dataclasses.replace(MIMO_VIT, num_labels=0), M, jax.random.key(0))
+    with pytest.raises(TypeError, match="takes one architecture"):
+        mimo(model.config, M, jax.random.key(0))
+    with pytest.raises(ValueError, match="input_repetition in"):
+        mimo_loss(model, input_repetition=1.5)
+    with pytest.raises(TypeError, match="mimo_loss takes a MIMO"):
+        mimo_loss(hj.Model.init(MIMO_VIT, jax.random.key(0)))
+    with pytest.raises(ValueError, match=r"expected \[B, 3, 2, H, W\]"):
+        apply_members(model.config, model.params, np.zeros((2, 2, 8, 8), np.float32))

@@ -24,6 +24,7 @@ from hydra_jax.models import (
     EncoderConfig,
     HydraConfig,
     LoraEnsembleConfig,
+    MimoConfig,
     Model,
     ModernBertConfig,
     PackedEnsembleConfig,
@@ -41,7 +42,8 @@ _CONFIGS = {
     c.__name__: c
     for c in (EncoderConfig, BertConfig, ViTConfig, CLIPTextConfig, CLIPVisionConfig,
               CLIPConfig, CLIPVisionTowerConfig, DualEncoderConfig, HydraConfig,
-              BatchEnsembleConfig, LoraEnsembleConfig, PackedEnsembleConfig, ModernBertConfig,
+              BatchEnsembleConfig, LoraEnsembleConfig, PackedEnsembleConfig, MimoConfig,
+              ModernBertConfig,
               RelativeAttention, SiglipConfig, SiglipTextConfig, SiglipVisionConfig,
               SiglipVisionTowerConfig, SiglipClassifierConfig, CLIPClassifierConfig)
 }  # fmt: skip

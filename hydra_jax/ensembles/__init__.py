@@ -1,5 +1,6 @@
 """Ensembles of one pretrained model: Hydra fusion, member head-set strategies, baselines, and
-the efficient ensembles the Hydra paper compares with (BatchEnsemble, LoRA-Ensemble).
+the efficient ensembles the Hydra paper compares with (BatchEnsemble, LoRA-Ensemble,
+Packed-Ensembles, MIMO).
 
 `hj.hydra` is this package: `hj.hydra.fuse(members)`. A fused model or an efficient ensemble
 saves and loads like any model (`hj.save_model`, `hj.load_model`).
@@ -9,6 +10,8 @@ from hydra_jax.ensembles import baselines
 from hydra_jax.ensembles.efficient import (
     batch_ensemble,
     lora_ensemble,
+    mimo,
+    mimo_loss,
     packed_ensemble,
     parameter_count,
     trainable,
@@ -33,6 +36,8 @@ __all__ = [
     "hies_head_sets",
     "lora_ensemble",
     "members_from",
+    "mimo",
+    "mimo_loss",
     "packed_ensemble",
     "parameter_count",
     "stratified_head_sets",

@@ -5,21 +5,26 @@
     lora = hj.fit(lora, train, settings, workdir, trainable=hj.ensembles.trainable(lora))
     lora(**batch).logits                                      # [B, M, C], one forward pass
     packed = hj.ensembles.packed_ensemble(model.config, 4, key, alpha=2, groups=2)
+    mimo = hj.ensembles.mimo(vit.config, 3, key)              # MIMO, an image classifier
+    mimo = hj.fit(mimo, train, settings, workdir, loss=hj.ensembles.mimo_loss(mimo))
 
 Each returns a `Model` whose `apply` runs every member in one pass and gives `[B, M, C]` member
 logits, as a fused Hydra does, so training (`fit`: every member learns the labels), prediction,
 metrics, costs and `save_model` / `load_model` treat it like any model. BatchEnsemble and
 LoRA-Ensemble transform a model of any single-encoder family with a classifier
-(`with_classifier`); a Packed-Ensemble takes only an architecture and trains from scratch. How
-they compute: `hydra_jax.models.efficient` and `hydra_jax.models.packed`.
+(`with_classifier`); a Packed-Ensemble and MIMO take only an architecture and train from
+scratch (MIMO: an image classifier, trained with `mimo_loss`). How they compute:
+`hydra_jax.models.efficient`, `hydra_jax.models.packed` and `hydra_jax.models.mimo`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import jax
+import optax
 
 from hydra_jax import checks
 from hydra_jax.models import (
@@ -27,14 +32,17 @@ from hydra_jax.models import (
     BatchEnsembleConfig,
     LoraEnsembleConfig,
     MemberConfig,
+    MimoConfig,
     Model,
     PackedEnsembleConfig,
     with_classifier,
 )
 from hydra_jax.models import efficient as _efficient
+from hydra_jax.models import mimo as _mimo
 from hydra_jax.models import packed as _packed
 from hydra_jax.models.architectures import CLASSIFIER_PARAMS
 from hydra_jax.models.config import LORA_TARGETS
+from hydra_jax.training import Loss
 
 
 def _check_member(model: Model, what: str) -> None:
@@ -111,13 +119,51 @@ def packed_ensemble(
     return Model.init(PackedEnsembleConfig(member, M, G), rng)
 
 
+def mimo(config: MemberConfig, num_members: int, rng: jax.Array) -> Model:
+    """A MIMO ensemble (Havasi et al., ICLR 2021) of `num_members` members of the image
+    classifier architecture `config` (a ViT, DeiT or DINOv2 `model.config`), randomly
+    initialised: one network with M x the input channels and classes
+    (`hydra_jax.models.mimo`). Train it from scratch with `fit(..., loss=mimo_loss(model))`.
+    `num_members=1` is `config`'s own model.
+    """
+    if isinstance(config, ENSEMBLE_CONFIGS):
+        raise TypeError(f"mimo takes one architecture, not {type(config).__name__}")
+    return Model.init(MimoConfig(config, checks.count("num_members", num_members)), rng)
+
+
+def mimo_loss(model: Model, repetitions: int = 1, input_repetition: float = 0.0) -> Loss:
+    """MIMO's training objective, a `fit(loss=...)`: each member reads its own image of the
+    batch (`hydra_jax.models.mimo.member_indices`: the batch repeated `repetitions` times, a
+    share `input_repetition` of rows the same image for every member) and the loss is the sum
+    over members of their cross-entropy, averaged over rows, as the paper trains. The
+    accuracy reported is the members' mean.
+    """
+    config = model.config
+    if not isinstance(config, MimoConfig):
+        raise TypeError(f"mimo_loss takes a MIMO model, not {type(config).__name__}")
+    _mimo.member_indices(jax.random.key(0), 1, 1, repetitions, input_repetition)  # the checks
+
+    def loss_fn(params: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple:
+        pixels, labels = batch["pixel_values"], batch["labels"]
+        shuffle_key, dropout_key = jax.random.split(key)
+        rows = _mimo.member_indices(shuffle_key, labels.shape[0], config.num_members,
+                                    repetitions, input_repetition).T  # [R B, M]  # fmt: skip
+        logits = _mimo.apply_members(config, params, pixels[rows], dropout_key).logits
+        per_member = optax.softmax_cross_entropy_with_integer_labels(logits, labels[rows])
+        accuracy = (logits.argmax(-1) == labels[rows]).mean()
+        return per_member.sum(-1).mean(), accuracy
+
+    return loss_fn
+
+
 def trainable(model: Model) -> Callable[[tuple[str, ...]], bool]:
     """The `fit(trainable=...)` predicate of an efficient ensemble: every weight of a
-    BatchEnsemble or a Packed-Ensemble, only the adapters and member heads of a LoRA-Ensemble."""
-    if isinstance(model.config, PackedEnsembleConfig):
+    BatchEnsemble, a Packed-Ensemble or MIMO, only the adapters and member heads of a
+    LoRA-Ensemble."""
+    if isinstance(model.config, PackedEnsembleConfig | MimoConfig):
         return lambda path: True
     if not isinstance(model.config, BatchEnsembleConfig | LoraEnsembleConfig):
-        raise TypeError(f"trainable takes a BatchEnsemble, LoRA-Ensemble or Packed-Ensemble, "
+        raise TypeError(f"trainable takes a BatchEnsemble, LoRA-Ensemble, Packed-Ensemble or MIMO, "
                         f"not {type(model.config).__name__}")  # fmt: skip
     return _efficient.trainable(model.config)
 
@@ -126,7 +172,8 @@ def parameter_count(model: Model, member: Model | None = None) -> int:
     """The weight count of an efficient ensemble `model` by its formula: a BatchEnsemble or
     LoRA-Ensemble from the model `member` it was built from
     (`hydra_jax.models.efficient.parameter_count`); a Packed-Ensemble from its member
-    architecture, M dense members less the off-diagonal blocks of each grouped layer."""
+    architecture, M dense members less the off-diagonal blocks of each grouped layer; MIMO from
+    its member architecture, one model with M - 1 more patch kernels and classifiers."""
     config = model.config
     if isinstance(config, PackedEnsembleConfig):
         dense = Model.init(config.member, jax.random.key(0)).params
@@ -134,6 +181,8 @@ def parameter_count(model: Model, member: Model | None = None) -> int:
         G, layers = config.groups, _packed.grouped_layers(config).values()
         off_diagonal = sum(math.prod(d.kernel) * (G - 1) // G for d in layers)
         return config.num_members * (size - off_diagonal)
+    if isinstance(config, MimoConfig):
+        return _mimo.parameter_count(config, Model.init(config.member, jax.random.key(0)).params)
     if member is None:
         raise ValueError("parameter_count of a BatchEnsemble or LoRA-Ensemble needs its member")
     return _efficient.parameter_count(config, member.params)

@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 
 from hydra_jax import checks
-from hydra_jax.models import efficient, fused, packed
+from hydra_jax.models import efficient, fused, mimo, packed
 from hydra_jax.models.architectures import (
     CLASSIFIER_PARAMS,
     PASSIVE_INPUTS,
@@ -28,6 +28,7 @@ from hydra_jax.models.config import (
     EncoderConfig,
     HydraConfig,
     LoraEnsembleConfig,
+    MimoConfig,
     PackedEnsembleConfig,
     with_compute_dtype,
 )
@@ -59,7 +60,7 @@ class Model:
         A fused Hydra is initialised as the fusion of M independently initialised members; a
         BatchEnsemble or LoRA-Ensemble as the transform of one initialised member; a
         Packed-Ensemble's members each as their family initialises a model (grouped layers: the
-        diagonal blocks).
+        diagonal blocks); MIMO as its one network's family initialises it.
         """
         if isinstance(config, HydraConfig):
             keys = jax.random.split(rng, config.num_members)
@@ -73,6 +74,8 @@ class Model:
             keys = jax.random.split(rng, config.num_members)
             members = [cls.init(config.member, k).params for k in keys]
             return cls(config, packed.init_params(config, members))
+        if isinstance(config, MimoConfig):  # one network, M times the channels and classes
+            return cls(config, cls.init(mimo.network(config), rng).params)
         params = module_of(config).init(rng, **dummy_inputs(config))["params"]
         return cls(config, params)
 
@@ -123,6 +126,8 @@ class Model:
                 )
             if isinstance(self.config, PackedEnsembleConfig):
                 return packed.apply(self.config, params, kwargs, dropout_rng)
+            if isinstance(self.config, MimoConfig):
+                return mimo.apply(self.config, params, kwargs, dropout_rng)
             return efficient.apply(self.config, params, kwargs, dropout_rng)
         rngs = None if dropout_rng is None else {"dropout": dropout_rng}
         return self.module.apply(

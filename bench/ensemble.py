@@ -1,7 +1,8 @@
 """Ensemble costs: single, fused Hydra, Deep Ensemble (vmapped and sequential), MC dropout
 (samples run by `lax.map`, as in the library, and `vmap`ped), and the single-pass ensembles
 BatchEnsemble, LoRA-Ensemble (rank 8 on q, k, v, out) and Packed-Ensembles (alpha 2, or 3
-where 2 does not divide the width into the members' heads; gamma 2) at the same M.
+where 2 does not divide the width into the members' heads; gamma 2) at the same M (and MIMO,
+on an image classifier: `bench/vision.py`).
 
 MiniLM-L6 shapes (real weights, random classifier), batch 32 x 64 tokens, CPU fp32, interleaved
 rounds; medians, XLA FLOPs, and each latency ratio divided by its FLOP ratio. Targets (SPEC
@@ -29,7 +30,7 @@ from hydra_jax.data import TokenizedSet, random_tokens, uncertainty_batches
 from hydra_jax.ensembles import baselines
 from hydra_jax.evaluation import xla_flops
 from hydra_jax.heads import CircuitSearch
-from hydra_jax.models import with_classifier
+from hydra_jax.models import ViTConfig, with_classifier
 
 
 def main() -> None:
@@ -99,7 +100,8 @@ def main() -> None:
 
 def efficient_forwards(single: hj.Model, M: int) -> dict[str, tuple]:
     """BatchEnsemble and LoRA-Ensemble (rank 8) of `M` members from `single`, and a
-    Packed-Ensemble of its architecture: `{name: (forward, weights)}`. The adapters are perturbed
+    Packed-Ensemble and (an image classifier) MIMO of its architecture: `{name: (forward,
+    weights)}`. The adapters are perturbed
     from the neutral start (LoRA's B is 0 there), which changes no timing but keeps XLA from
     simplifying anything away."""
     out = {}
@@ -119,12 +121,15 @@ def efficient_forwards(single: hj.Model, M: int) -> dict[str, tuple]:
         name = f"packed_ensemble (M={M}, alpha={alpha:g}, gamma=2)"
         out[name] = (lambda p, b, e=packed: e.apply(p, **b).logits, packed.params)
         break
+    if isinstance(single.config, ViTConfig):  # MIMO widens an image classifier
+        mimo = hydra.mimo(single.config, M, jax.random.key(0))
+        out[f"mimo (M={M})"] = (lambda p, b, e=mimo: e.apply(p, **b).logits, mimo.params)
     return out
 
 
 def compare_efficient(times: dict[str, float], flops: dict[str, float], hydra_name: str) -> None:
     """Hydra against each single-pass ensemble (latency and FLOPs), and each against single."""
-    for name in (n for n in times if n.startswith(("batch_", "lora_", "packed_"))):
+    for name in (n for n in times if n.startswith(("batch_", "lora_", "packed_", "mimo"))):
         print(f"hydra / {name}: latency {times[hydra_name] / times[name]:.3f}, FLOPs "
               f"{flops[hydra_name] / flops[name]:.3f}; {name} / single: latency "
               f"{times[name] / times['single']:.3f}")  # fmt: skip

@@ -15,7 +15,10 @@ Methods: `single`, `deep_ensemble`, `mc_dropout`, `hydra_S` and `pruned_S` for a
 (BatchEnsemble: rank-1 factors on every dense layer, `batch_ensemble.factor_std`),
 `lora_ensemble` (LoRA adapters of `lora_ensemble.rank` on a frozen backbone, member heads) and
 `packed_ensemble` (Packed-Ensembles of the checkpoint's architecture, `packed_ensemble.alpha`
-and `.groups`, trained from scratch: it cannot use the pretrained weights).
+and `.groups`, trained from scratch: it cannot use the pretrained weights) and, for an image
+classifier (ViT, DeiT, DINOv2), `mimo` (MIMO: one network of its architecture with M x the
+input channels and classes, trained from scratch; `mimo.repetitions`,
+`mimo.input_repetition`).
 
 Text tables read the columns `data.text_column` (default `text`), `data.label_column` (`label`)
 and, for sentence pairs, `data.pair_column`. Labels may be integers or strings (mapped through
@@ -89,7 +92,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.methods = "single,deep_ensemble,mc_dropout,hydra_taylor"  # comma-separated
     c.ensemble_size = 3
     c.mc_dropout_samples = 10
-    # Single-pass ensembles of `ensemble_size` members (methods batch_ensemble, lora_ensemble);
+    # Single-pass ensembles of `ensemble_size` members (methods batch_ensemble, lora_ensemble, ...);
     # `train` holds their overrides of `c.train`.
     c.batch_ensemble = ml_collections.ConfigDict(dict(factor_std=0.5, train=dict()))
     c.lora_ensemble = ml_collections.ConfigDict(
@@ -98,6 +101,11 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     # Packed-Ensembles: the checkpoint's architecture, trained from scratch (no pretrained start).
     c.packed_ensemble = ml_collections.ConfigDict(
         dict(alpha=2.0, groups=1, train=dict(learning_rate=5e-4))
+    )
+    # MIMO (images only): the checkpoint's architecture, trained from scratch; each step shows the
+    # batch `repetitions` times, a share `input_repetition` of its rows the same to every member.
+    c.mimo = ml_collections.ConfigDict(
+        dict(repetitions=2, input_repetition=0.5, train=dict(learning_rate=5e-4))
     )
     # Hydra members: fine-tuning after pruning (fields not set here come from `train`).
     c.num_members = 3

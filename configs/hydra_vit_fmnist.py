@@ -3,17 +3,19 @@
 From the published single ViT of configs/vit_fmnist.py (its workdir is `base_workdir`): 3
 members keeping 4 of 12 heads per layer, chosen by each strategy (taylor, circuit, hies,
 stratified), each member fine-tuned for one epoch, fused into one network. Methods: single,
-deep_ensemble (3 ViTs trained from scratch), mc_dropout, pruned_taylor, pruned_circuit (one
-circuit-pruned member: our stand-in for the paper's CircAvg), pruned_hies and one hydra_* per
-strategy; each on the ID test set, the three OOD sets and 12 shifted test sets.
+deep_ensemble (3 ViTs trained from scratch), mc_dropout, the single-pass ensembles of the base
+workdir (batch_ensemble, lora_ensemble, packed_ensemble, mimo), pruned_taylor, pruned_circuit
+(one circuit-pruned member: our stand-in for the paper's CircAvg), pruned_hies and one hydra_*
+per strategy; each on the ID test set, the three OOD sets and 12 shifted test sets.
 
     python train.py --config configs/hydra_vit_fmnist.py --workdir runs/hydra_vit_fmnist
     python evaluate.py --config configs/hydra_vit_fmnist.py --workdir runs/hydra_vit_fmnist
 
 `demo` (on runs/demo_vit, the `demo` baselines): the paper's rows, single, deep_ensemble,
-mc_dropout, hydra_taylor, hydra_circuit. `smoke` (on runs/smoke_vit). A study seed S is the
-variant suffix `,S` on both configs (e.g. `configs/vit_fmnist.py:,1` and
-`configs/hydra_vit_fmnist.py:,1`), whose base workdir is `runs/vit_fmnist_seed1`.
+mc_dropout, the four single-pass ensembles, hydra_taylor, hydra_circuit. `smoke` (on
+runs/smoke_vit). A study seed S is the variant suffix `,S` on both configs (e.g.
+`configs/vit_fmnist.py:,1` and `configs/hydra_vit_fmnist.py:,1`), whose base workdir is
+`runs/vit_fmnist_seed1`.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.strategies = ("taylor", "circuit", "hies", "stratified")
     c.methods = (
         "single", "deep_ensemble", "mc_dropout", "batch_ensemble", "lora_ensemble",
-        "packed_ensemble", "pruned_taylor", "pruned_circuit", "pruned_hies", "hydra_taylor",
-        "hydra_circuit", "hydra_hies", "hydra_stratified",
+        "packed_ensemble", "mimo", "pruned_taylor", "pruned_circuit", "pruned_hies",
+        "hydra_taylor", "hydra_circuit", "hydra_hies", "hydra_stratified",
     )  # fmt: skip
     c.calibration_size = 256  # Taylor: member m's random training subset
     c.hies_alphas = (0.25, 0.5, 0.75)  # one per member
@@ -55,7 +57,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.base_workdir = "runs/demo_vit"
         c.strategies = ("taylor", "circuit")
         c.methods = ("single", "deep_ensemble", "mc_dropout", "batch_ensemble", "lora_ensemble",
-                     "packed_ensemble", "hydra_taylor", "hydra_circuit")  # fmt: skip
+                     "packed_ensemble", "mimo", "hydra_taylor", "hydra_circuit")  # fmt: skip
         c.circuit.examples = 128
         c.member_train.epochs = 0.5
         c.eval.latency_repeats = 3

@@ -7,9 +7,10 @@ one per seed, and published as a HuggingFace `ViTForImageClassification` directo
 (`WORKDIR/hf/member_M`, with `preprocessor_config.json`); evaluation and the pruning and Hydra
 studies load those directories. Methods: `single` (member 0), `deep_ensemble` (3 ViTs, members
 0..2), `mc_dropout` (the single ViT, 10 dropout samples), and the single-pass ensembles of 3
-members: `batch_ensemble` and `packed_ensemble` (alpha 2, gamma 2) trained from scratch as the
-members are, `lora_ensemble` adapting the trained member 0 for one epoch; every method is also
-evaluated on the first 2,000 test images under 4 corruptions at 3 severities.
+members: `batch_ensemble`, `packed_ensemble` (alpha 2, gamma 2) and `mimo` (the batch repeated
+twice, half its rows shown to every member) trained from scratch as the members are,
+`lora_ensemble` adapting the trained member 0 for one epoch; every method is also evaluated on
+the first 2,000 test images under 4 corruptions at 3 severities.
 
 A study seed S is the variant suffix `,S` (`configs/vit_fmnist.py:demo,1`): it offsets every
 training seed by 1000 x S, so studies with seeds 0, 1, 2 share no model. Full run
@@ -64,17 +65,21 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         )
     )
     c.methods = ("single", "deep_ensemble", "mc_dropout", "batch_ensemble", "lora_ensemble",
-                 "packed_ensemble")  # fmt: skip
+                 "packed_ensemble", "mimo")  # fmt: skip
     c.ensemble_size = 3
     c.mc_dropout_samples = 10
     # The single-pass ensembles (`ensemble_size` members); `train`: overrides of `c.train`.
-    # BatchEnsemble and Packed-Ensembles train from scratch like the members; the LoRA-Ensemble
-    # adapts the trained member 0 (rank 8 on q, k, v, out; a head per member), for 1 epoch.
+    # BatchEnsemble, Packed-Ensembles and MIMO train from scratch like the members; the
+    # LoRA-Ensemble adapts the trained member 0 (rank 8 on q, k, v, out; a head per member), for
+    # 1 epoch.
     c.batch_ensemble = ml_collections.ConfigDict(dict(factor_std=0.5, train=dict()))
     c.lora_ensemble = ml_collections.ConfigDict(
         dict(rank=8, alpha=16.0, targets="query,key,value,out", train=dict(epochs=1.0))
     )
     c.packed_ensemble = ml_collections.ConfigDict(dict(alpha=2.0, groups=2, train=dict()))
+    # MIMO: each step shows the batch twice (`repetitions`), every member its own order except
+    # on a share `input_repetition` of the rows, where all members see one image.
+    c.mimo = ml_collections.ConfigDict(dict(repetitions=2, input_repetition=0.5, train=dict()))
     c.eval = ml_collections.ConfigDict(
         dict(batch_size=256, num_bins=15, latency_batch=64, latency_repeats=10)
     )

@@ -68,3 +68,8 @@ def test_ensemble_bench_builds_each_single_pass_ensemble():
     batch = {"input_ids": np.ones((2, 5), np.int32), "attention_mask": np.ones((2, 5), np.int32)}
     for forward, weights in forwards.values():
         assert forward(weights, batch).shape == (2, 3, 2)
+    vit = testing.vit(layers=1, heads=12, head_dim=4, mlp_dim=12, num_labels=2)
+    forwards = efficient_forwards(hj.Model.init(vit, jax.random.key(2)), 3)
+    assert list(forwards)[-1] == "mimo (M=3)"  # an image classifier's
+    forward, weights = forwards["mimo (M=3)"]
+    assert forward(weights, {"pixel_values": np.ones((2, 3, 8, 8), np.float32)}).shape == (2, 3, 2)

@@ -397,6 +397,13 @@ def test_bad_study_data_is_refused_before_training(tmp_path, text_encoder_dir):
     config.methods = "single,hydra_magic"
     with pytest.raises(ValueError, match=r"config.methods: \['hydra_magic'\]; known: "):
         engine.train(config, tmp_path / "run")
+    config.methods = "single,mimo"  # MIMO widens an image classifier's input channels
+    with pytest.raises(ValueError, match=r"names mimo, but MIMO takes an image classifier "
+                                         r"\(ViT, DeiT, DINOv2\), not BertConfig"):  # fmt: skip
+        engine.train(config, tmp_path / "run")
+    config.mimo.input_repetition = 1.5
+    with pytest.raises(ValueError, match=r"input_repetition in \[0, 1\], got 2 and 1.5"):
+        engine.train(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 

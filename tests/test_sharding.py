@@ -300,3 +300,19 @@ def test_efficient_ensembles_split_their_members_and_predict_as_on_one_device():
         query = params["shared"]["encoder"]["layer_0"]["attention"]["query"]["kernel"]
         assert query.sharding.spec == P(None, "heads", None)
         assert_close(got, want, err_msg=type(ensemble.config).__name__)
+
+
+def test_mimo_shards_as_its_network_and_predicts_as_on_one_device():
+    """MIMO's weights are one ViT's (no member axis): on data=2 x heads=2 its attention kernels
+    split over `heads`, and the member logits equal the one-device logits."""
+    vit = testing.vit(layers=1, heads=2, head_dim=3, mlp_dim=7, num_channels=2, num_labels=3)
+    mimo = hydra.mimo(vit, 2, jax.random.key(7))
+    images = np.random.default_rng(4).normal(size=(4, 2, 8, 8)).astype(np.float32)
+    want = mimo(pixel_values=images).logits
+    with jax.set_mesh(make_mesh(data=2, heads=2)):
+        params = place_params(mimo.params)
+        got = jax.jit(lambda p: mimo.apply(p, pixel_values=images).logits)(params)
+    query = params["encoder"]["layer_0"]["attention"]["query"]["kernel"]
+    assert query.sharding.spec == P(None, "heads", None)
+    assert got.shape == (4, 2, 3)
+    assert_close(got, want)

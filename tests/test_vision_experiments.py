@@ -22,7 +22,7 @@ def vision_run(synthetic_image_dir, tmp_path_factory):
     config.ensemble_size = 2  # the variant's 3 cost the suite time
     # The BatchEnsemble runs in the text study (test_experiments.py) and the generic one
     # (test_custom_study.py); here the from-scratch branches: a LoRA-Ensemble on the trained
-    # member 0, a Packed-Ensemble of the ViT's architecture.
+    # member 0, a Packed-Ensemble and MIMO of the ViT's architecture.
     config.methods = tuple(m for m in config.methods if m != "batch_ensemble")
     config.data_dir = str(synthetic_image_dir)
     config.train.update(epochs=6.0, learning_rate=3e-3)  # 48 steps on the synthetic squares
@@ -47,6 +47,20 @@ def test_published_members_are_the_trained_models(vision_run):
 def test_vit_learns_the_synthetic_classes(vision_run):
     _, _, _, results = vision_run
     assert results["methods"]["single"]["id"]["acc"] > 0.5  # chance is 0.1
+
+
+def test_mimo_runs_its_members_in_one_pass_of_one_network(vision_run):
+    """MIMO, trained from scratch on the ViT's architecture: one network with M x the input
+    channels and classes, `[B, M, C]` logits, that learns the classes; its parameter count
+    follows the formula."""
+    config, workdir, models, results = vision_run
+    M = config.ensemble_size
+    mimo = hj.load_model(workdir / "efficient" / "mimo")
+    assert mimo.config.member == models[0].config and mimo.config.num_members == M
+    assert mimo.params["patch"]["kernel"].shape[2] == M * models[0].config.num_channels
+    assert np.load(workdir / "predictions" / "mimo.npz")["id_logits"].shape[1:] == (M, 10)
+    assert results["methods"]["mimo"]["cost"]["params"] == hj.ensembles.parameter_count(mimo)
+    assert results["methods"]["mimo"]["id"]["acc"] > 0.5  # chance is 0.1
 
 
 def test_shift_metrics_are_recomputable_from_predictions(vision_run):

@@ -16,6 +16,7 @@ from configs import (
     hydra_minilm_mr,
     minilm_mr,
     prune_minilm_mr,
+    vit_fmnist,
     zero_shot_fmnist,
 )
 from hydra_jax.experiments.workdir import LOCK_FILE, Workdir, WorkdirError
@@ -127,6 +128,26 @@ def test_a_custom_run_recorded_before_its_analyses_is_still_its_configs(tmp_path
     config.analyses = "ablations"
     with pytest.raises(WorkdirError, match=r"these keys differ \(recorded -> given\): analyses: "
                                            r"'' -> 'ablations'\. Use"):  # fmt: skip
+        Workdir(tmp_path).check(config)
+
+
+def test_settings_of_a_single_pass_ensemble_no_run_named_are_inert(tmp_path):
+    """A vision run recorded before MIMO (no `mimo` settings, no `mimo` method) is still the
+    config without the method, whatever its settings; and a BatchEnsemble's settings matter
+    only where a run trained one."""
+    config = vit_fmnist.get_config("smoke")
+    config.methods = tuple(m for m in config.methods if m != "mimo")
+    recorded = json.loads(config.to_json())
+    del recorded["mimo"]
+    (tmp_path / "config.json").write_text(json.dumps(recorded))
+    config.mimo.repetitions = 4
+    Workdir(tmp_path).check(config)
+    config.batch_ensemble.factor_std = 0.1  # the recorded run trained a BatchEnsemble
+    with pytest.raises(WorkdirError, match=r"batch_ensemble.factor_std: 0.5 -> 0.1"):
+        Workdir(tmp_path).check(config)
+    config.batch_ensemble.factor_std = 0.5
+    config.methods = (*config.methods, "mimo")
+    with pytest.raises(WorkdirError, match=r"methods: "):
         Workdir(tmp_path).check(config)
 
 

@@ -18,8 +18,8 @@ A study config declares the work (every file of `configs/`); `train` does it, in
    `train`), then fused (`fused/S`; member 0 alone in `pruned/S`), and optionally the fused
    network fine-tuned as a whole (`fused_train`). A zero-shot classifier's members are pruned
    and fused as they are, their head sets chosen on the ID validation split where there is one.
-3. **Single-pass ensembles** (`batch_ensemble`, `lora_ensemble`, `packed_ensemble`), trained
-   where the members are (`efficient/KIND`).
+3. **Single-pass ensembles** (`batch_ensemble`, `lora_ensemble`, `packed_ensemble`, `mimo`),
+   trained where the members are (`efficient/KIND`).
 4. **Analyses** (`analyses`: `pruning_curves`, `ablations`; `ANALYSES`): their train step on
    member 0.
 
@@ -63,7 +63,7 @@ from hydra_jax.experiments import (
 from hydra_jax.experiments.analyses import Analysis, Context
 from hydra_jax.experiments.evaluators import evaluate_methods, standard
 from hydra_jax.experiments.workdir import CONFIG_FILE, Workdir
-from hydra_jax.models import Model, with_classifier, zero_shot
+from hydra_jax.models import MimoConfig, Model, mimo, with_classifier, zero_shot
 from hydra_jax.models.architectures import architecture
 from hydra_jax.models.packed import packed_member
 from hydra_jax.models.sharding import barrier, is_primary
@@ -238,9 +238,12 @@ def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[str], list
     if "hies" in strategies and len(config.hies_alphas) != config.num_members:
         raise ValueError(f"config.hies_alphas has {len(config.hies_alphas)} alphas for "
                          f"{config.num_members} members: give one per member")  # fmt: skip
-    trains_here = "packed_ensemble" in names and not config.get("base_workdir")
-    if trains_here and checkpoint(config) is None:  # a ViT from scratch
+    trains_here = not config.get("base_workdir")
+    if trains_here and "packed_ensemble" in names and checkpoint(config) is None:  # a new ViT
         check_packed(config, artefacts.scratch_config(config))
+    if trains_here and "mimo" in names:
+        c = config.mimo
+        mimo.member_indices(jax.random.key(0), 1, 1, c.repetitions, c.input_repetition)
     return names, strategies, analyses
 
 
@@ -266,6 +269,14 @@ def check_packed(config: ml_collections.ConfigDict, architecture: Any) -> None:
     and heads of `architecture`."""
     c = config.packed_ensemble
     packed_member(architecture, config.ensemble_size, c.alpha, c.groups)
+
+
+def check_mimo(config: ml_collections.ConfigDict, architecture: Any) -> None:
+    """Refuses `mimo` on an architecture that is not an image classifier MIMO can widen."""
+    try:
+        MimoConfig(architecture, config.ensemble_size)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"config.methods names mimo, but {error}") from None
 
 
 def starting_point(
@@ -354,6 +365,8 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
         check_classes(base, config, data)
     if base is not None and "packed_ensemble" in plan.efficient:  # before anything trains
         check_packed(config, starting_point(base, config, data, 0).config)
+    if base is not None and "mimo" in plan.efficient:
+        check_mimo(config, starting_point(base, config, data, 0).config)
     if plan.zero_shot:
         check_zero_shot(config, data)
         if base is not None:
@@ -447,10 +460,10 @@ def train_efficient(
     config: ml_collections.ConfigDict, workdir: Workdir, kind: str, base: Model | None,
     single: Model, data: Data,
 ) -> Model:  # fmt: skip
-    """The single-pass ensemble `kind`, started where member 0 starts (a Packed-Ensemble takes
-    only the architecture); a LoRA-Ensemble of a ViT trained from scratch adapts the trained
-    member 0 (a frozen backbone must have learnt something), with a new head per member unless
-    the checkpoint brought its own classifier."""
+    """The single-pass ensemble `kind`, started where member 0 starts (a Packed-Ensemble and
+    MIMO take only the architecture); a LoRA-Ensemble of a ViT trained from scratch adapts the
+    trained member 0 (a frozen backbone must have learnt something), with a new head per
+    member unless the checkpoint brought its own classifier."""
     seed = members.training_seed(config, 0)
     start = starting_point(base, config, data, seed)
     if kind == "lora_ensemble" and base is None:
@@ -460,7 +473,8 @@ def train_efficient(
         config, kind, start, seed, 0 if own_head else data.num_classes
     )
     settings = dataclasses.replace(members.efficient_settings(config, kind), seed=seed)
-    return members.fit_efficient(workdir, kind, ensemble, data.study.train, settings)
+    loss = members.efficient_loss(config, kind, ensemble)
+    return members.fit_efficient(workdir, kind, ensemble, data.study.train, settings, loss)
 
 
 def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:

@@ -21,10 +21,17 @@ from hydra_jax import ensembles
 from hydra_jax.convert.native import CONFIG_FILE, load_model, save_model
 from hydra_jax.data import Dataset, labelled_batches, subset, uncertainty_batches
 from hydra_jax.experiments.artefacts import hf_dir
-from hydra_jax.experiments.workdir import Workdir
+from hydra_jax.experiments.workdir import SINGLE_PASS, Workdir
 from hydra_jax.heads import UncertaintyBatches
 from hydra_jax.models import Model
-from hydra_jax.training import TrainSettings, fit, make_optimizer, make_train_step, schedule_length
+from hydra_jax.training import (
+    Loss,
+    TrainSettings,
+    fit,
+    make_optimizer,
+    make_train_step,
+    schedule_length,
+)
 
 
 def training_seed(config: ml_collections.ConfigDict, member: int) -> int:
@@ -140,8 +147,9 @@ def fine_tuned_members(
     return members
 
 
-# The single-pass ensembles a study trains (Packed-Ensembles from scratch, on the architecture).
-EFFICIENT = ("batch_ensemble", "lora_ensemble", "packed_ensemble")
+# The single-pass ensembles a study trains (Packed-Ensembles and MIMO from scratch, on the
+# architecture).
+EFFICIENT = SINGLE_PASS
 
 
 def efficient_settings(config: ml_collections.ConfigDict, kind: str) -> TrainSettings:
@@ -154,30 +162,42 @@ def efficient_ensemble(
 ) -> Model:
     """`config.ensemble_size` members of `kind` from `model` (a classifier), initialised with
     `seed`. A LoRA-Ensemble gets `fresh_heads`-way member heads, one draw each (0: copies of
-    `model`'s own fine-tuned head); a Packed-Ensemble takes only `model`'s architecture."""
+    `model`'s own fine-tuned head); a Packed-Ensemble and MIMO take only `model`'s
+    architecture."""
     c, M, key = config[kind], config.ensemble_size, jax.random.key(seed)
     if kind == "batch_ensemble":
         return ensembles.batch_ensemble(model, M, key, c.factor_std)
     if kind == "packed_ensemble":
         return ensembles.packed_ensemble(model.config, M, key, c.alpha, c.groups)
+    if kind == "mimo":
+        return ensembles.mimo(model.config, M, key)
     targets = tuple(t.strip() for t in str(c.targets).split(",") if t.strip())
     return ensembles.lora_ensemble(model, M, key, c.rank, c.alpha, targets,
                                    num_labels=fresh_heads or None)  # fmt: skip
 
 
+def efficient_loss(config: ml_collections.ConfigDict, kind: str, ensemble: Model) -> Loss | None:
+    """The training objective of `kind`: MIMO's (`config.mimo`: each member its own images),
+    else None (every member learns the labels of the batch)."""
+    if kind != "mimo":
+        return None
+    return ensembles.mimo_loss(ensemble, config.mimo.repetitions, config.mimo.input_repetition)
+
+
 def fit_efficient(
-    workdir: Workdir, kind: str, ensemble: Model, train: Dataset, settings: TrainSettings
-) -> Model:
-    """`ensemble` trained on `train` (resuming in `efficient_training/KIND`; a LoRA-Ensemble's
-    backbone frozen) and saved to `efficient/KIND`; one an earlier run saved is loaded and keeps
-    that run's time."""
+    workdir: Workdir, kind: str, ensemble: Model, train: Dataset, settings: TrainSettings,
+    loss: Loss | None = None,
+) -> Model:  # fmt: skip
+    """`ensemble` trained on `train` with `loss` (resuming in `efficient_training/KIND`; a
+    LoRA-Ensemble's backbone frozen) and saved to `efficient/KIND`; one an earlier run saved is
+    loaded and keeps that run's time."""
     path = workdir.path / "efficient" / kind
     done = (path / CONFIG_FILE).is_file()
     with workdir.stage(f"train {kind}", record=not done):
         if done:
             return load_model(path)
         directory = workdir / "efficient_training" / kind
-        ensemble = fit(ensemble, train, settings, directory,
+        ensemble = fit(ensemble, train, settings, directory, loss=loss,
                        trainable=ensembles.trainable(ensemble))  # fmt: skip
         save_model(ensemble, path)
     return ensemble

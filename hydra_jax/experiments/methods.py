@@ -2,7 +2,8 @@
 
 Each method is built from what a train stage left (`Trained`): the published member classifiers
 (`hf/member_M`), the saved fused Hydras and pruned members (`fused/S`, `pruned/S`) and the
-efficient ensembles (`efficient/KIND`: `batch_ensemble`, `lora_ensemble`, `packed_ensemble`). A new
+efficient ensembles (`efficient/KIND`: `batch_ensemble`, `lora_ensemble`, `packed_ensemble`,
+`mimo`). A new
 method is one function here and one line of `BUILDERS`: it returns a `Method`, a forward to
 `[B, M, C]` logits and its weights, and the prediction loop, metrics, costs and reports treat
 it like every other.
@@ -56,7 +57,7 @@ class Trained:
     def saved(self, kind: str, strategy: str) -> Path:
         """The saved `fused` Hydra or `pruned` member 0 of `strategy` (in `hydras`), or the
         `efficient` ensemble `strategy` (in `members`: `batch_ensemble`, `lora_ensemble`,
-        `packed_ensemble`)."""
+        `packed_ensemble`, `mimo`)."""
         workdir = self.members if kind == "efficient" else self.hydras
         path = workdir / kind / strategy
         if not (path / CONFIG_FILE).is_file():
@@ -96,7 +97,7 @@ def pruned(name: str, trained: Trained) -> Method:
 
 
 def efficient(name: str, trained: Trained) -> Method:
-    """`batch_ensemble`, `lora_ensemble`, `packed_ensemble`: the single-pass ensemble the
+    """`batch_ensemble`, `lora_ensemble`, `packed_ensemble`, `mimo`: the single-pass ensemble the
     members' train stage saved."""
     return saved_method(name, trained.saved("efficient", name), trained.dtype)
 
@@ -110,6 +111,7 @@ BUILDERS: dict[str, Callable[[str, Trained], Method]] = {
     "batch_ensemble": efficient,
     "lora_ensemble": efficient,
     "packed_ensemble": efficient,
+    "mimo": efficient,
 }
 # The methods that are members of a baselines run, not Hydra artefacts.
 MEMBER_METHODS = ("single", "deep_ensemble", "mc_dropout")

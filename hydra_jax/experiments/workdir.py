@@ -36,6 +36,9 @@ ADDED_KEYS = {"eval.dtype": "float32", "zero_shot.held_out": [], "analyses": ""}
 # Settings read only by a listed analysis (`configs/custom.py` gained them with `analyses`): a
 # recorded config without `analyses` ran none, so whatever they are now reproduces it.
 ANALYSIS_SETTINGS = ("pruning_curves.", "ablations.", "calibration_seed")
+# The single-pass ensembles a study trains, each with its settings under its name (`mimo.`): a
+# recorded config whose methods do not name one trained none, so its settings now reproduce it.
+SINGLE_PASS = ("batch_ensemble", "lora_ensemble", "packed_ensemble", "mimo")
 # Keys renamed so that a setting has one spelling in every study: a recorded config's old key is
 # read as the new one.
 RENAMED_KEYS = {"eval_batch_size": "eval.batch_size", "ood_limit": "data.ood_limit",
@@ -96,6 +99,12 @@ def config_differences(config: ml_collections.ConfigDict, recorded: dict) -> lis
     before = {RENAMED_KEYS.get(k, k): v for k, v in before.items()}
     if "analyses" not in before:
         before = {k: v for k, v in now.items() if k.startswith(ANALYSIS_SETTINGS)} | before
+    recorded_methods = before.get("methods", [])
+    if isinstance(recorded_methods, str):  # comma-separated (configs/custom.py)
+        recorded_methods = [m.strip() for m in recorded_methods.split(",")]
+    inert = tuple(f"{kind}." for kind in SINGLE_PASS if kind not in recorded_methods)
+    if inert:
+        before = {k: v for k, v in now.items() if k.startswith(inert)} | before
     before |= {k: v for k, v in ADDED_KEYS.items() if k in now and k not in before}
     keys = sorted((set(now) | set(before)) - COSMETIC_KEYS)
     missing = object()

@@ -101,7 +101,7 @@ demo-seeds: setup
 	$(BIN)/python seeds.py --workdirs runs/demo,runs/demo_seed1,runs/demo_seed2 --pairs $(PAIRS) \
 		--out runs/demo_seeds_text.md
 	$(BIN)/python seeds.py --workdirs runs/demo_vit_hydra,runs/demo_vit_hydra_seed1,runs/demo_vit_hydra_seed2 \
-		--pairs $(PAIRS),hydra_circuit:packed_ensemble --out runs/demo_seeds_vision.md
+		--pairs $(PAIRS),hydra_circuit:packed_ensemble,hydra_circuit:mimo --out runs/demo_seeds_vision.md
 	$(BIN)/python seeds.py --workdirs runs/demo_zero_shot,runs/demo_zero_shot_seed1,runs/demo_zero_shot_seed2 \
 		--pairs hydra_circuit:single,hydra_taylor:single,pruned_circuit:single \
 		--out runs/demo_seeds_zero_shot.md

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from hydra_jax.data import Dataset, loader
 from hydra_jax.metrics import check_labels
-from hydra_jax.models import ENSEMBLE_CONFIGS, Model
+from hydra_jax.models import ENSEMBLE_CONFIGS, MimoConfig, Model, mimo
 from hydra_jax.models.sharding import place_local_batch, place_params
 from hydra_jax.models.vit import normalise
 
@@ -213,6 +213,31 @@ def classification_loss(model: Model) -> Loss:
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
         accuracy = (logits.argmax(-1) == labels).mean()
         return loss, accuracy
+
+    return loss_fn
+
+
+def mimo_loss(model: Model, repetitions: int = 1, input_repetition: float = 0.0) -> Loss:
+    """MIMO's training objective, a `fit(loss=...)`: each member reads its own image of the
+    batch (`hydra_jax.models.mimo.member_indices`: the batch repeated `repetitions` times, a
+    share `input_repetition` of rows the same image for every member) and the loss is the sum
+    over members of their cross-entropy, averaged over rows, as the paper trains. The
+    accuracy reported is the members' mean.
+    """
+    config = model.config
+    if not isinstance(config, MimoConfig):
+        raise TypeError(f"mimo_loss takes a MIMO model, not {type(config).__name__}")
+    mimo.member_indices(jax.random.key(0), 1, 1, repetitions, input_repetition)  # the checks
+
+    def loss_fn(params: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple:
+        pixels, labels = batch["pixel_values"], batch["labels"]
+        shuffle_key, dropout_key = jax.random.split(key)
+        rows = mimo.member_indices(shuffle_key, labels.shape[0], config.num_members,
+                                    repetitions, input_repetition).T  # [R B, M]  # fmt: skip
+        logits = mimo.apply_members(config, params, pixels[rows], dropout_key).logits
+        per_member = optax.softmax_cross_entropy_with_integer_labels(logits, labels[rows])
+        accuracy = (logits.argmax(-1) == labels[rows]).mean()
+        return per_member.sum(-1).mean(), accuracy
 
     return loss_fn
 

@@ -23,7 +23,6 @@ from hydra_jax.ensembles import (
     batch_ensemble,
     lora_ensemble,
     mimo,
-    mimo_loss,
     packed_ensemble,
     parameter_count,
     trainable,
@@ -33,7 +32,7 @@ from hydra_jax.models.efficient import adapted_layers
 from hydra_jax.models.mimo import apply_members, member_indices
 from hydra_jax.models.packed import from_blocks, grouped_dense, grouped_layers, to_blocks
 from hydra_jax.testing import assert_close
-from hydra_jax.training import TrainSettings, classification_loss, fit
+from hydra_jax.training import TrainSettings, classification_loss, fit, mimo_loss
 
 M, C = 3, 4  # members, classes; every other size differs from both
 BERT = BertConfig(

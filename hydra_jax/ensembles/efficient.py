@@ -2,18 +2,18 @@
 
     be = hj.ensembles.batch_ensemble(model, 3, key)          # BatchEnsemble
     lora = hj.ensembles.lora_ensemble(model, 3, key, rank=8)  # LoRA-Ensemble
-    lora = hj.fit(lora, train, settings, workdir, trainable=hj.ensembles.trainable(lora))
+    lora = fit(lora, train, settings, workdir, trainable=hj.ensembles.trainable(lora))
     lora(**batch).logits                                      # [B, M, C], one forward pass
     packed = hj.ensembles.packed_ensemble(model.config, 4, key, alpha=2, groups=2)
     mimo = hj.ensembles.mimo(vit.config, 3, key)              # MIMO, an image classifier
-    mimo = hj.fit(mimo, train, settings, workdir, loss=hj.ensembles.mimo_loss(mimo))
+    mimo = fit(mimo, train, settings, workdir, loss=mimo_loss(mimo))  # hydra_jax.training
 
 Each returns a `Model` whose `apply` runs every member in one pass and gives `[B, M, C]` member
 logits, as a fused Hydra does, so training (`fit`: every member learns the labels), prediction,
 metrics, costs and `save_model` / `load_model` treat it like any model. BatchEnsemble and
 LoRA-Ensemble transform a model of any single-encoder family with a classifier
 (`with_classifier`); a Packed-Ensemble and MIMO take only an architecture and train from
-scratch (MIMO: an image classifier, trained with `mimo_loss`). How they compute:
+scratch (MIMO: an image classifier, trained with `hydra_jax.training.mimo_loss`). How they compute:
 `hydra_jax.models.efficient`, `hydra_jax.models.packed` and `hydra_jax.models.mimo`.
 """
 
@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import jax
-import optax
 
 from hydra_jax import checks
 from hydra_jax.models import (
@@ -42,7 +40,6 @@ from hydra_jax.models import mimo as _mimo
 from hydra_jax.models import packed as _packed
 from hydra_jax.models.architectures import CLASSIFIER_PARAMS
 from hydra_jax.models.config import LORA_TARGETS
-from hydra_jax.training import Loss
 
 
 def _check_member(model: Model, what: str) -> None:
@@ -123,37 +120,13 @@ def mimo(config: MemberConfig, num_members: int, rng: jax.Array) -> Model:
     """A MIMO ensemble (Havasi et al., ICLR 2021) of `num_members` members of the image
     classifier architecture `config` (a ViT, DeiT or DINOv2 `model.config`), randomly
     initialised: one network with M x the input channels and classes
-    (`hydra_jax.models.mimo`). Train it from scratch with `fit(..., loss=mimo_loss(model))`.
+    (`hydra_jax.models.mimo`). Train it from scratch with `fit(..., loss=mimo_loss(model))`
+    (`hydra_jax.training`).
     `num_members=1` is `config`'s own model.
     """
     if isinstance(config, ENSEMBLE_CONFIGS):
         raise TypeError(f"mimo takes one architecture, not {type(config).__name__}")
     return Model.init(MimoConfig(config, checks.count("num_members", num_members)), rng)
-
-
-def mimo_loss(model: Model, repetitions: int = 1, input_repetition: float = 0.0) -> Loss:
-    """MIMO's training objective, a `fit(loss=...)`: each member reads its own image of the
-    batch (`hydra_jax.models.mimo.member_indices`: the batch repeated `repetitions` times, a
-    share `input_repetition` of rows the same image for every member) and the loss is the sum
-    over members of their cross-entropy, averaged over rows, as the paper trains. The
-    accuracy reported is the members' mean.
-    """
-    config = model.config
-    if not isinstance(config, MimoConfig):
-        raise TypeError(f"mimo_loss takes a MIMO model, not {type(config).__name__}")
-    _mimo.member_indices(jax.random.key(0), 1, 1, repetitions, input_repetition)  # the checks
-
-    def loss_fn(params: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple:
-        pixels, labels = batch["pixel_values"], batch["labels"]
-        shuffle_key, dropout_key = jax.random.split(key)
-        rows = _mimo.member_indices(shuffle_key, labels.shape[0], config.num_members,
-                                    repetitions, input_repetition).T  # [R B, M]  # fmt: skip
-        logits = _mimo.apply_members(config, params, pixels[rows], dropout_key).logits
-        per_member = optax.softmax_cross_entropy_with_integer_labels(logits, labels[rows])
-        accuracy = (logits.argmax(-1) == labels[rows]).mean()
-        return per_member.sum(-1).mean(), accuracy
-
-    return loss_fn
 
 
 def trainable(model: Model) -> Callable[[tuple[str, ...]], bool]:

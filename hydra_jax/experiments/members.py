@@ -30,6 +30,7 @@ from hydra_jax.training import (
     fit,
     make_optimizer,
     make_train_step,
+    mimo_loss,
     schedule_length,
 )
 
@@ -181,7 +182,7 @@ def efficient_loss(config: ml_collections.ConfigDict, kind: str, ensemble: Model
     else None (every member learns the labels of the batch)."""
     if kind != "mimo":
         return None
-    return ensembles.mimo_loss(ensemble, config.mimo.repetitions, config.mimo.input_repetition)
+    return mimo_loss(ensemble, config.mimo.repetitions, config.mimo.input_repetition)
 
 
 def fit_efficient(

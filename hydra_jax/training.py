@@ -227,7 +227,7 @@ def mimo_loss(model: Model, repetitions: int = 1, input_repetition: float = 0.0)
     config = model.config
     if not isinstance(config, MimoConfig):
         raise TypeError(f"mimo_loss takes a MIMO model, not {type(config).__name__}")
-    mimo.member_indices(jax.random.key(0), 1, 1, repetitions, input_repetition)  # the checks
+    mimo.check_settings(repetitions, input_repetition)
 
     def loss_fn(params: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple:
         pixels, labels = batch["pixel_values"], batch["labels"]

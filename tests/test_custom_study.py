@@ -402,7 +402,10 @@ def test_bad_study_data_is_refused_before_training(tmp_path, text_encoder_dir):
                                          r"\(ViT, DeiT, DINOv2\), not BertConfig"):  # fmt: skip
         engine.train(config, tmp_path / "run")
     config.mimo.input_repetition = 1.5
-    with pytest.raises(ValueError, match=r"input_repetition in \[0, 1\], got 2 and 1.5"):
+    with pytest.raises(ValueError, match=r"mimo.input_repetition must lie in \[0, 1\], got 1.5"):
+        engine.train(config, tmp_path / "run")
+    config.mimo.update(input_repetition=0.5, repetitions=0)
+    with pytest.raises(ValueError, match=r"mimo.repetitions must be a positive integer, got 0"):
         engine.train(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
 

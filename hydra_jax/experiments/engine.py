@@ -242,8 +242,7 @@ def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[str], list
     if trains_here and "packed_ensemble" in names and checkpoint(config) is None:  # a new ViT
         check_packed(config, artefacts.scratch_config(config))
     if trains_here and "mimo" in names:
-        c = config.mimo
-        mimo.member_indices(jax.random.key(0), 1, 1, c.repetitions, c.input_repetition)
+        mimo.check_settings(config.mimo.repetitions, config.mimo.input_repetition, "mimo.")
     return names, strategies, analyses
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from hydra_jax import checks
 from hydra_jax.models.architectures import module_of
 from hydra_jax.models.config import MimoConfig, ViTConfig
 from hydra_jax.models.outputs import ModelOutput
@@ -83,6 +84,13 @@ def apply(
     return _member_logits(config, _run(one_image, params, inputs["pixel_values"], rng))
 
 
+def check_settings(repetitions: int, input_repetition: float, prefix: str = "") -> None:
+    """Refuses MIMO training settings by name (`prefix`: where a config holds them)."""
+    checks.count(f"{prefix}repetitions", repetitions)
+    if not 0 <= input_repetition <= 1:
+        raise ValueError(f"{prefix}input_repetition must lie in [0, 1], got {input_repetition}")
+
+
 def member_indices(
     key: jax.Array, batch_size: int, num_members: int, repetitions: int = 1,
     input_repetition: float = 0.0,
@@ -94,9 +102,7 @@ def member_indices(
     `input_repetition` of the rows show every member the same image (the paper's input
     repetition) and the rest pair independent images.
     """
-    if repetitions < 1 or not 0 <= input_repetition <= 1:
-        raise ValueError(f"MIMO needs repetitions >= 1 and input_repetition in [0, 1], got "
-                         f"{repetitions} and {input_repetition}")  # fmt: skip
+    check_settings(repetitions, input_repetition)
     order_key, *member_keys = jax.random.split(key, num_members + 1)
     order = jax.random.permutation(order_key, jnp.tile(jnp.arange(batch_size), repetitions))
     shuffled = round(order.shape[0] * (1 - input_repetition))

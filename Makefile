@@ -111,7 +111,8 @@ smoke: setup
 	$(BIN)/python train.py --config configs/minilm_mr.py:smoke --workdir runs/smoke
 	$(BIN)/python evaluate.py --config configs/minilm_mr.py:smoke --workdir runs/smoke
 
-# About 25 minutes: single / deep_ensemble / mc_dropout on the full data.
+# About 2 hours on 2 cores: single / deep_ensemble / mc_dropout, BatchEnsemble and LoRA-Ensemble
+# (about 40 minutes each) on the full data.
 baselines: setup
 	$(BIN)/python train.py --config configs/minilm_mr.py --workdir runs/minilm_mr
 	$(BIN)/python evaluate.py --config configs/minilm_mr.py --workdir runs/minilm_mr

@@ -7,8 +7,7 @@ single-pass ensembles of 3 members fine-tuned from the checkpoint as one network
 on q, k, v, out, a frozen backbone, a head per member).
 
 Full run (test accuracy about 80%, see docs/results.md; the three members took about 25 minutes
-on 2 CPU cores; the two single-pass ensembles have not been run at this budget, and at about 3 s
-a step on 2 cores they would add over an hour):
+on 2 CPU cores, the two single-pass ensembles about 40 minutes each, 2.1-2.2 s a step):
 
     python train.py --config configs/minilm_mr.py --workdir runs/minilm_mr
     python evaluate.py --config configs/minilm_mr.py --workdir runs/minilm_mr

@@ -235,8 +235,9 @@ def mimo_loss(model: Model, repetitions: int = 1, input_repetition: float = 0.0)
         rows = mimo.member_indices(shuffle_key, labels.shape[0], config.num_members,
                                     repetitions, input_repetition).T  # [R B, M]  # fmt: skip
         logits = mimo.apply_members(config, params, pixels[rows], dropout_key).logits
-        per_member = optax.softmax_cross_entropy_with_integer_labels(logits, labels[rows])
-        accuracy = (logits.argmax(-1) == labels[rows]).mean()
+        member_labels = labels[rows]  # [R B, M]: member m's image's label
+        per_member = optax.softmax_cross_entropy_with_integer_labels(logits, member_labels)
+        accuracy = (logits.argmax(-1) == member_labels).mean()
         return per_member.sum(-1).mean(), accuracy
 
     return loss_fn

@@ -62,7 +62,7 @@ from hydra_jax.experiments import (
 )
 from hydra_jax.experiments.analyses import Analysis, Context
 from hydra_jax.experiments.evaluators import evaluate_methods, standard
-from hydra_jax.experiments.workdir import CONFIG_FILE, Workdir
+from hydra_jax.experiments.workdir import CONFIG_FILE, SINGLE_PASS, Workdir, split_names
 from hydra_jax.models import MimoConfig, Model, mimo, with_classifier, zero_shot
 from hydra_jax.models.architectures import architecture
 from hydra_jax.models.packed import packed_member
@@ -209,7 +209,7 @@ class Plan:
         fused_settings = None  # optional: the fused network fine-tuned as a whole
         if fused is not None and fused.epochs > 0:
             fused_settings = TrainSettings(**{**hydra_settings.__dict__, **fused.to_dict()})
-        efficient = [n for n in names if n in members.EFFICIENT] if trains_members else []
+        efficient = [n for n in names if n in SINGLE_PASS] if trains_members else []
         for kind in efficient:
             members.efficient_settings(config, kind)
         return cls(names, strategies, analyses, efficient, base, members_config, trains_members,
@@ -255,8 +255,8 @@ def check_analyses_on(
 
 
 def check_analyses(names: Sequence[str] | str) -> list[str]:
-    """`names` (`methods.split_names`) if every one is a known analysis."""
-    names = methods.split_names(names)
+    """`names` (`split_names`) if every one is a known analysis."""
+    names = split_names(names)
     unknown = [n for n in names if n not in ANALYSES]
     if unknown:
         raise ValueError(f"config.analyses: {unknown}; known: {', '.join(ANALYSES)}")

@@ -21,7 +21,7 @@ from hydra_jax import ensembles
 from hydra_jax.convert.native import CONFIG_FILE, load_model, save_model
 from hydra_jax.data import Dataset, labelled_batches, subset, uncertainty_batches
 from hydra_jax.experiments.artefacts import hf_dir
-from hydra_jax.experiments.workdir import SINGLE_PASS, Workdir
+from hydra_jax.experiments.workdir import Workdir
 from hydra_jax.heads import UncertaintyBatches
 from hydra_jax.models import Model
 from hydra_jax.training import (
@@ -146,11 +146,6 @@ def fine_tuned_members(
             member = fit(member, train, member_settings, directory / f"member_{m}", step_fn=step_fn)
         members.append(member)
     return members
-
-
-# The single-pass ensembles a study trains (Packed-Ensembles and MIMO from scratch, on the
-# architecture).
-EFFICIENT = SINGLE_PASS
 
 
 def efficient_settings(config: ml_collections.ConfigDict, kind: str) -> TrainSettings:

@@ -22,7 +22,7 @@ from hydra_jax.convert.native import CONFIG_FILE, load_model
 from hydra_jax.ensembles import STRATEGIES, baselines
 from hydra_jax.evaluation import Method
 from hydra_jax.experiments.artefacts import hf_dir, saved_method, zero_shot_dir
-from hydra_jax.experiments.workdir import Workdir, WorkdirError
+from hydra_jax.experiments.workdir import Workdir, WorkdirError, split_names
 from hydra_jax.models import Model, with_dtype
 
 
@@ -115,14 +115,6 @@ BUILDERS: dict[str, Callable[[str, Trained], Method]] = {
 }
 # The methods that are members of a baselines run, not Hydra artefacts.
 MEMBER_METHODS = ("single", "deep_ensemble", "mc_dropout")
-
-
-def split_names(names: Sequence[str] | str) -> list[str]:
-    """`names`, a sequence or comma-separated as on the command line
-    (`single,deep_ensemble,hydra_taylor`), as a list."""
-    if isinstance(names, str):
-        return [n.strip() for n in names.split(",") if n.strip()]
-    return list(names)
 
 
 def check_names(names: Sequence[str] | str, empty: bool = False) -> list[str]:

@@ -17,7 +17,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,14 @@ def flat(config: ml_collections.ConfigDict | dict) -> dict[str, Any]:
     return {k: json.loads(json.dumps(v)) for k, v in items}
 
 
+def split_names(names: Sequence[str] | str) -> list[str]:
+    """`names`, a sequence or comma-separated as on the command line
+    (`single,deep_ensemble,hydra_taylor`), as a list."""
+    if isinstance(names, str):
+        return [n.strip() for n in names.split(",") if n.strip()]
+    return list(names)
+
+
 def config_differences(config: ml_collections.ConfigDict, recorded: dict) -> list[str]:
     """Keys whose values differ between `config` and a recorded `config.json` (cosmetic ones
     excepted), each as `key: recorded -> now`."""
@@ -99,9 +107,7 @@ def config_differences(config: ml_collections.ConfigDict, recorded: dict) -> lis
     before = {RENAMED_KEYS.get(k, k): v for k, v in before.items()}
     if "analyses" not in before:
         before = {k: v for k, v in now.items() if k.startswith(ANALYSIS_SETTINGS)} | before
-    recorded_methods = before.get("methods", [])
-    if isinstance(recorded_methods, str):  # comma-separated (configs/custom.py)
-        recorded_methods = [m.strip() for m in recorded_methods.split(",")]
+    recorded_methods = split_names(before.get("methods", []))
     inert = tuple(f"{kind}." for kind in SINGLE_PASS if kind not in recorded_methods)
     if inert:
         before = {k: v for k, v in now.items() if k.startswith(inert)} | before

@@ -106,7 +106,7 @@ demo-seeds: setup
 		--pairs hydra_circuit:single,hydra_taylor:single,pruned_circuit:single \
 		--out runs/demo_seeds_zero_shot.md
 
-# About a minute: the uncertainty baselines on real data cut to a few hundred sentences.
+# About 4 minutes on 2 cores: the uncertainty baselines on real data cut to a few hundred sentences.
 smoke: setup
 	$(BIN)/python train.py --config configs/minilm_mr.py:smoke --workdir runs/smoke
 	$(BIN)/python evaluate.py --config configs/minilm_mr.py:smoke --workdir runs/smoke

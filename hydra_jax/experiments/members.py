@@ -21,7 +21,7 @@ from hydra_jax import ensembles
 from hydra_jax.convert.native import CONFIG_FILE, load_model, save_model
 from hydra_jax.data import Dataset, labelled_batches, subset, uncertainty_batches
 from hydra_jax.experiments.artefacts import hf_dir
-from hydra_jax.experiments.workdir import Workdir
+from hydra_jax.experiments.workdir import Workdir, split_names
 from hydra_jax.heads import UncertaintyBatches
 from hydra_jax.models import Model
 from hydra_jax.training import (
@@ -167,7 +167,7 @@ def efficient_ensemble(
         return ensembles.packed_ensemble(model.config, M, key, c.alpha, c.groups)
     if kind == "mimo":
         return ensembles.mimo(model.config, M, key)
-    targets = tuple(t.strip() for t in str(c.targets).split(",") if t.strip())
+    targets = tuple(split_names(str(c.targets)))
     return ensembles.lora_ensemble(model, M, key, c.rank, c.alpha, targets,
                                    num_labels=fresh_heads or None)  # fmt: skip
 

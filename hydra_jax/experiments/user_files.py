@@ -14,12 +14,13 @@ import numpy as np
 from hydra_jax.data import Dataset, TextEncoder, concat_all, files
 from hydra_jax.data.files import ClassNames, Columns, DataError
 from hydra_jax.experiments import methods, study_data
+from hydra_jax.experiments.workdir import split_names
 
 
 def named_specs(value: str, key: str) -> dict[str, str]:
     """`NAME=SPEC,NAME=SPEC` as `{NAME: SPEC}` ("" is none)."""
     out = {}
-    for item in filter(None, (s.strip() for s in str(value).split(","))):
+    for item in split_names(str(value)):
         name, sep, spec = item.partition("=")
         if not sep or not name or not spec or name in out:
             raise ValueError(f"{key}: {item!r} is not NAME=SPEC (names once each), e.g. "

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import jax
 
@@ -141,6 +142,11 @@ def trainable(model: Model) -> Callable[[tuple[str, ...]], bool]:
     return _efficient.trainable(model.config)
 
 
+def _member_shapes(config: PackedEnsembleConfig | MimoConfig) -> Any:
+    """The shapes of one member's weights (`jax.ShapeDtypeStruct`s), none of them computed."""
+    return jax.eval_shape(lambda key: Model.init(config.member, key).params, jax.random.key(0))
+
+
 def parameter_count(model: Model, member: Model | None = None) -> int:
     """The weight count of an efficient ensemble `model` by its formula: a BatchEnsemble or
     LoRA-Ensemble from the model `member` it was built from
@@ -149,13 +155,12 @@ def parameter_count(model: Model, member: Model | None = None) -> int:
     its member architecture, one model with M - 1 more patch kernels and classifiers."""
     config = model.config
     if isinstance(config, PackedEnsembleConfig):
-        dense = Model.init(config.member, jax.random.key(0)).params
-        size = sum(x.size for x in jax.tree.leaves(dense))
+        size = sum(x.size for x in jax.tree.leaves(_member_shapes(config)))
         G, layers = config.groups, _packed.grouped_layers(config).values()
         off_diagonal = sum(math.prod(d.kernel) * (G - 1) // G for d in layers)
         return config.num_members * (size - off_diagonal)
     if isinstance(config, MimoConfig):
-        return _mimo.parameter_count(config, Model.init(config.member, jax.random.key(0)).params)
+        return _mimo.parameter_count(config, _member_shapes(config))
     if member is None:
         raise ValueError("parameter_count of a BatchEnsemble or LoRA-Ensemble needs its member")
     return _efficient.parameter_count(config, member.params)

@@ -39,7 +39,7 @@ from hydra_jax.models import (
 from hydra_jax.models import efficient as _efficient
 from hydra_jax.models import mimo as _mimo
 from hydra_jax.models import packed as _packed
-from hydra_jax.models.architectures import CLASSIFIER_PARAMS
+from hydra_jax.models.architectures import CLASSIFIER_PARAMS, weight_count
 from hydra_jax.models.config import LORA_TARGETS
 
 
@@ -155,7 +155,7 @@ def parameter_count(model: Model, member: Model | None = None) -> int:
     its member architecture, one model with M - 1 more patch kernels and classifiers."""
     config = model.config
     if isinstance(config, PackedEnsembleConfig):
-        size = sum(x.size for x in jax.tree.leaves(_member_shapes(config)))
+        size = weight_count(_member_shapes(config))
         G, layers = config.groups, _packed.grouped_layers(config).values()
         off_diagonal = sum(math.prod(d.kernel) * (G - 1) // G for d in layers)
         return config.num_members * (size - off_diagonal)

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from hydra_jax import checks, metrics
 from hydra_jax.data import Dataset, eval_batches
 from hydra_jax.ensembles.baselines import Forward
+from hydra_jax.models.architectures import weight_count
 from hydra_jax.models.sharding import overlapped, place_batch, place_params
 
 OOD_SCORES = ("msp", "entropy", "energy", "mi")
@@ -43,7 +44,7 @@ class Method:
 
     @property
     def num_params(self) -> int:
-        return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(self.weights))
+        return weight_count(self.weights)
 
 
 def predict(method: Method, data: Dataset, batch_size: int, progress: bool = True) -> np.ndarray:

@@ -12,6 +12,7 @@ are keyed by the HF `model_type` a config reports (`hf_model_type`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -412,6 +413,11 @@ def with_tower_encoder(config: Any, path: Sequence[str], encoder: EncoderConfig)
         return dataclasses.replace(config, encoder=encoder)
     inner = with_tower_encoder(getattr(config, path[0]), path[1:], encoder)
     return dataclasses.replace(config, **{path[0]: inner})
+
+
+def weight_count(params: Params) -> int:
+    """The number of weights in the pytree `params` (arrays or `jax.ShapeDtypeStruct`s)."""
+    return sum(math.prod(x.shape) for x in jax.tree.leaves(params))
 
 
 def tower_params(params: Params, tower: Tower) -> Params:

@@ -34,7 +34,12 @@ import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
-from hydra_jax.models.architectures import CLASSIFIER_PARAMS, dummy_inputs, module_of
+from hydra_jax.models.architectures import (
+    CLASSIFIER_PARAMS,
+    dummy_inputs,
+    module_of,
+    weight_count,
+)
 from hydra_jax.models.config import BatchEnsembleConfig, LoraEnsembleConfig, MemberConfig
 from hydra_jax.models.outputs import ModelOutput
 
@@ -233,12 +238,11 @@ def parameter_count(config: EfficientConfig, params: Params) -> int:
     """The ensemble's weight count by its formula, from the weights `params` of one model of
     `config.member`: BatchEnsemble adds `r`, `s` and a bias per member and layer and drops the
     shared biases; LoRA adds `R (in + out)` per member and target, and M - 1 more heads."""
-    count = lambda tree: sum(x.size for x in jax.tree.leaves(tree))  # noqa: E731
     M, layers = config.num_members, adapted_layers(config).values()
     if isinstance(config, BatchEnsembleConfig):
         factors = sum(math.prod(d.in_shape) + math.prod(d.out_shape) for d in layers)
         biases = sum(math.prod(d.out_shape) for d in layers if d.bias)
-        return count(params) - biases + M * (factors + biases)
+        return weight_count(params) - biases + M * (factors + biases)
     adapters = sum(config.rank * (math.prod(d.in_shape) + math.prod(d.out_shape)) for d in layers)
-    heads = count({k: v for k, v in params.items() if k in CLASSIFIER_PARAMS})
-    return count(params) + M * adapters + (M - 1) * heads * config.member_heads
+    heads = weight_count({k: v for k, v in params.items() if k in CLASSIFIER_PARAMS})
+    return weight_count(params) + M * adapters + (M - 1) * heads * config.member_heads

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from hydra_jax import checks
-from hydra_jax.models.architectures import module_of
+from hydra_jax.models.architectures import module_of, weight_count
 from hydra_jax.models.config import MimoConfig, ViTConfig
 from hydra_jax.models.outputs import ModelOutput
 
@@ -116,6 +116,6 @@ def parameter_count(config: MimoConfig, member: Params) -> int:
     """The weight count by its formula, from the weights `member` of one model of
     `config.member`: M - 1 more copies of the patch kernel and of each classifier's kernel and
     bias."""
-    count = lambda tree: sum(x.size for x in jax.tree.leaves(tree))  # noqa: E731
-    extra = count(member["patch"]["kernel"]) + count([member[h] for h in HEADS if h in member])
-    return count(member) + (config.num_members - 1) * extra
+    heads = [member[h] for h in HEADS if h in member]
+    extra = weight_count(member["patch"]["kernel"]) + weight_count(heads)
+    return weight_count(member) + (config.num_members - 1) * extra

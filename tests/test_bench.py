@@ -1,5 +1,5 @@
 """The accelerator and scoring benchmarks run at tiny shapes, so they cannot rot unnoticed (the
-scoring one did once); the attention benchmark times the same function in three formulations;
+scoring one did once); the attention benchmark times the same function in four formulations;
 the ensemble benchmark builds every single-pass ensemble it times."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from jax.flatten_util import ravel_pytree
 
 import hydra_jax as hj
 from bench import accelerator, scoring
-from bench.attention import head_major_normalised, token_major
+from bench.attention import head_major_normalised, one_block, token_major
 from bench.ensemble import efficient_forwards
 from hydra_jax import testing
 from hydra_jax.models import BertConfig, with_classifier
@@ -43,7 +43,7 @@ def test_attention_bench_compares_the_same_function():
         return layer.apply({"params": p}, x, bias, None)[0]
 
     grad = jax.grad(lambda p: jnp.sum(ours(p) ** 2))(params)
-    for formulation in (head_major_normalised, token_major):
+    for formulation in (one_block, head_major_normalised, token_major):
         before = lambda p, f=formulation: f(p, x, bias, K)  # noqa: E731
         assert_close(ours(params), before(params))  # other programs, the same function
         grad_before = jax.grad(lambda p, f=before: jnp.sum(f(p) ** 2))(params)

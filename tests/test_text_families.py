@@ -284,6 +284,22 @@ def test_modernbert_with_biases_and_cls_pooling_equals_transformers_and_exports(
     assert ours.config.encoder.windows == (0, 3) and ours.config.encoder.rotary[0] == 500.0
 
 
+# A sequence longer than the attention's query block (256 rows, attended block by block): the
+# padding bias, DeBERTa's position terms and ModernBERT's windows are cut into the same rows.
+@pytest.mark.parametrize("family", ["roberta", "deberta-v3", "modernbert"])
+def test_sequences_longer_than_a_query_block_equal_transformers(family, tmp_path):
+    from hydra_jax.models.attention import QUERY_BLOCK
+
+    T_long = QUERY_BLOCK + 45
+    rng = np.random.default_rng(5)
+    mask = (np.arange(T_long)[None] < np.array([T_long, T_long - 30, 40])[:, None]).astype(np.int64)
+    pad = PAD if family == "roberta" else 0
+    ids = np.where(mask == 1, rng.integers(3, V, (3, T_long)), pad)
+    fields = dict(FAMILIES[family].fields, max_position_embeddings=T_long + 2)
+    variant_equals_transformers(family, fields, dict(input_ids=ids, attention_mask=mask),
+                                head_masks()[2], tmp_path, seed=17)  # fmt: skip
+
+
 @pytest.mark.parametrize(("buckets", "max_distance"), [(256, 512), (4, POSITIONS), (6, 7)])
 def test_deberta_log_buckets_equal_transformers(buckets, max_distance):
     from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position

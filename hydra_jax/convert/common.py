@@ -416,6 +416,8 @@ def label_fields(num_labels: int) -> dict[str, Any]:
 
 
 def load_model(config: Any, rules: list[Rule], tensors: Mapping[str, Any], ignored=()) -> Model:
-    """A `Model` of `config` whose every parameter is filled, strictly, from HF `tensors`."""
+    """A `Model` of `config` whose every parameter is filled, strictly, from HF `tensors`,
+    placed on the default device (as `Model.init` and `load_model` place theirs): host arrays
+    would be copied to the device again at every call of a jitted function."""
     target = jax.eval_shape(lambda: Model.init(config, jax.random.key(0)).params)
-    return Model(config, fill(rules, tensors, target, ignored))
+    return Model(config, jax.device_put(fill(rules, tensors, target, ignored)))

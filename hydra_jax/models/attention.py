@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import flax.linen as nn
@@ -98,6 +99,25 @@ def relative_distances(T: int, relative: RelativeAttention) -> np.ndarray:
     return distance
 
 
+# Queries are attended in blocks of at most this many rows. XLA:CPU fuses the scores, softmax
+# and value product into one kernel whose speed falls off a cliff past 256 rows: 8 x 6 heads
+# of 257 tokens (DINOv2-S at 224 px) take 2-3x as long as 256 tokens. Rows are independent, so
+# blocks give the same numbers (`bench/attention.py --tokens`).
+QUERY_BLOCK = 256
+
+
+def query_blocks(T: int, size: int = QUERY_BLOCK) -> list[tuple[int, int]]:
+    """`[(start, stop), ...]`: T query rows in ceil(T / size) blocks of near-equal length."""
+    count = max(1, -(-T // size))
+    edges = [T * i // count for i in range(count + 1)]
+    return list(itertools.pairwise(edges))
+
+
+def rows(term: jax.Array, start: int, stop: int) -> jax.Array:
+    """Query rows `start:stop` of a `[B, 1 | N, T | 1, S]` logit term (a broadcast row stays)."""
+    return term if term.shape[2] == 1 else term[:, :, start:stop]
+
+
 def _kernel_init(key: jax.Array, shape: tuple[int, ...], dtype: jnp.dtype) -> jax.Array:
     # A pruned layer may have zero heads: a zero-size kernel, where fan-in scaling divides by 0.
     if 0 in shape:
@@ -179,23 +199,20 @@ class Attention(nn.Module):
             q, k = rotary(q, self.rotary_theta), rotary(k, self.rotary_theta)
         divisor = K * (1 if self.relative is None else self.relative.scale_factor)
         q = q / jnp.sqrt(divisor).astype(q.dtype)  # q: [B, N, T, K]; k, v: [B, N, S, K]
-        wide_t = wide_dtype(q.dtype)  # scores accumulate and stay in float32 in bf16 compute
-        logits = jnp.einsum("BNTK,BNSK->BNTS", q, k, preferred_element_type=wide_t)
+        terms = [] if bias is None else [bias]  # additive [B, 1 | N, T, S] logit terms
         if self.relative is not None:
             if distances is None:
                 raise ValueError("relative attention needs the stack's distance embeddings")
-            logits = logits + self._disentangled(
+            terms.append(self._disentangled(
                 q, k, distances, projections, projection, divisor, deterministic
-            )
-        if bias is not None:
-            logits = logits + bias
-        peak = jax.lax.stop_gradient(logits.max(axis=-1, keepdims=True))
-        unnormalised = jnp.exp(logits - peak)  # [B, N, T, S]
-        total = unnormalised.sum(axis=-1, keepdims=True)  # [B, N, T, 1]
-        probs = unnormalised / total
-        dropped = nn.Dropout(self.dropout)(unnormalised, deterministic=deterministic)
-        context = jnp.einsum("BNTS,BNSK->BNTK", dropped.astype(v.dtype), v,
-                             preferred_element_type=wide_t) / total  # fmt: skip
+            ))  # fmt: skip
+        dropout = nn.Dropout(self.dropout)
+        blocks = [
+            self._attend(q[:, :, a:b], k, v, [rows(t, a, b) for t in terms], dropout, deterministic)
+            for a, b in query_blocks(q.shape[2])
+        ]
+        context = jnp.concatenate([c for c, _ in blocks], axis=2)  # [B, N, T, K]
+        probs = jnp.concatenate([p for _, p in blocks], axis=2)  # [B, N, T, S]
         context = context.astype(v.dtype).transpose(0, 2, 1, 3)  # [B, T, N, K]
         if head_mask is not None:
             context = context * head_mask.astype(v.dtype)[None, None, :, None]
@@ -208,6 +225,30 @@ class Attention(nn.Module):
             name="out",
         )(context)  # [B, T, D]
         return out, probs
+
+    @staticmethod
+    def _attend(
+        q: jax.Array,
+        k: jax.Array,
+        v: jax.Array,
+        terms: list[jax.Array],
+        dropout: nn.Dropout,
+        deterministic: bool,
+    ) -> tuple[jax.Array, jax.Array]:
+        """Queries `q` `[B, N, R, K]` (scaled; R of the T rows) against keys and values `[B, N,
+        S, K]`, with additive logit terms `[B, 1 | N, R, S]`: `(context [B, N, R, K] in the
+        softmax dtype, probabilities [B, N, R, S])`."""
+        wide_t = wide_dtype(q.dtype)
+        logits = jnp.einsum("BNTK,BNSK->BNTS", q, k, preferred_element_type=wide_t)
+        for term in terms:
+            logits = logits + term
+        peak = jax.lax.stop_gradient(logits.max(axis=-1, keepdims=True))
+        unnormalised = jnp.exp(logits - peak)  # [B, N, R, S]
+        total = unnormalised.sum(axis=-1, keepdims=True)  # [B, N, R, 1]
+        dropped = dropout(unnormalised, deterministic=deterministic)
+        context = jnp.einsum("BNTS,BNSK->BNTK", dropped.astype(v.dtype), v,
+                             preferred_element_type=wide_t) / total  # fmt: skip
+        return context, unnormalised / total
 
     def _disentangled(
         self,

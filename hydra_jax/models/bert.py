@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from hydra_jax.models.attention import padding_bias
 from hydra_jax.models.config import BertConfig
 from hydra_jax.models.encoder import (
+    ACTIVATIONS,
     Encoder,
     HeadMask,
     LayerNorm,
@@ -122,7 +123,7 @@ class Bert(StagedEncoder):
             own = self.config.pre_classifier_dropout is not None
             before = self.pre_classifier_drop if own else drop
             h = self.pre_classifier(before(first, deterministic=deterministic))
-            h = jnp.tanh(h) if head == "tanh" else jax.nn.gelu(h, approximate=False)
+            h = jnp.tanh(h) if head == "tanh" else ACTIVATIONS["gelu"](h)
         return drop(wide(h), deterministic=deterministic)
 
     def __call__(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,9 +19,17 @@ def _quick_gelu(x: jax.Array) -> jax.Array:
     return x * jax.nn.sigmoid(1.702 * x)
 
 
+def _gelu(x: jax.Array) -> jax.Array:
+    """The exact GELU `x * Phi(x)` as PyTorch writes it, `x / 2 * (1 + erf(x / sqrt(2)))`.
+    `jax.nn.gelu` takes `erfc`, which XLA:CPU evaluates 2.2x slower (`[2056, 1536]` floats: 2.45
+    vs 1.12 ms); both are 1.4e-6 from PyTorch's there. The difference is in the far negative
+    tail, where the output is below 1e-6 in absolute value."""
+    return 0.5 * x * (1 + jax.lax.erf(x * math.sqrt(0.5)))
+
+
 # HF `hidden_act` names -> functions. "gelu" is the exact erf GELU, as in `transformers`.
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu": _gelu,
     "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
     "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
     "quick_gelu": _quick_gelu,

@@ -56,7 +56,7 @@ def from_pretrained(path: str | Path) -> Model:
         `pytorch_model.bin`, read without executing pickle code).
 
     Returns:
-      A `Model` with `.config`, `.params` and a pure `.apply`.
+      A `Model` with `.config`, `.params` (on the default device) and a pure `.apply`.
 
     Raises:
       ConversionError: an unreadable file; an unknown `model_type` or config field, a missing

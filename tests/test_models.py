@@ -215,3 +215,5 @@ def test_minilm_checkpoint_loads_with_expected_structure():
     q = model.params["encoder"]["layer_0"]["attention"]["query"]["kernel"]
     o = model.params["encoder"]["layer_0"]["attention"]["out"]["kernel"]
     assert q.shape == (384, 12, 32) and o.shape == (12, 32, 384)
+    # On the device, not host arrays that every jitted call would copy there again.
+    assert all(isinstance(x, jax.Array) for x in jax.tree.leaves(model.params))

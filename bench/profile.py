@@ -1,5 +1,6 @@
-"""Where a jitted forward spends its time on this CPU: MiniLM-L6 (batch 32 x 64 tokens) or the
-Fashion-MNIST ViT of `configs/vit_fmnist.py` (256 images, random weights), fp32.
+"""Where a jitted forward spends its time on this CPU: MiniLM-L6 (batch 32 x 64 tokens), the
+Fashion-MNIST ViT of `configs/vit_fmnist.py` (256 images, random weights) or a random DINOv2-S
+(8 images of 224 px, 257 tokens; built with `transformers`, as `bench/forward.py` does), fp32.
 
 Traces a few calls with `jax.profiler`, reads the trace (`jax.profiler.ProfileData`), and sums
 each executed XLA fusion's time by what its fused computation contains: matrix products alone,
@@ -10,7 +11,10 @@ same tokens (`torch.profiler`, each aten op's own time summed by kind), so the t
 time in matrix products and in the rest can be compared side by side. Run it on both kinds of
 CPU to see whether a gap to PyTorch comes from the matmul kernels (XLA's) or from the rest (ours).
 
-    .venv/bin/python -m bench.profile [--calls 5] [--model vit]
+XLA:CPU's matrix-product kernels record an event on the thread that dispatches them only, so
+the times are of traced work: a product both threads compute counts once.
+
+    .venv/bin/python -m bench.profile [--calls 5] [--model vit|dinov2]
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import jax
 import numpy as np
 
 import hydra_jax as hj
+from bench.forward import dinov2_small
 from configs import vit_fmnist
 from hydra_jax.data import random_tokens
 from hydra_jax.experiments import artefacts
@@ -107,7 +112,7 @@ def report(title: str, ms: collections.Counter) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=5)
-    parser.add_argument("--model", choices=("minilm", "vit"), default="minilm")
+    parser.add_argument("--model", choices=("minilm", "vit", "dinov2"), default="minilm")
     args = parser.parse_args()
     if args.calls < 1:
         parser.error(f"--calls must be at least 1, got {args.calls}")
@@ -115,12 +120,19 @@ def main() -> None:
     if args.model == "minilm":
         model = with_classifier(hj.from_pretrained(hj.minilm_l6_path()), 2, jax.random.key(0))
         batch, what = random_tokens(rng, 32, 64), "MiniLM-L6 forward, batch 32 x 64 tokens"
+    elif args.model == "dinov2":
+        with tempfile.TemporaryDirectory() as directory:
+            dinov2_small(Path(directory))
+            model = hj.from_pretrained(directory)
+        pixels = rng.standard_normal((8, 3, 224, 224)).astype(np.float32)
+        batch, what = {"pixel_values": pixels}, "DINOv2-S forward, 8 images of 224 px"
     else:
         model = hj.Model.init(artefacts.scratch_config(vit_fmnist.get_config()), jax.random.key(0))
         size = model.config.image_size
         pixels = rng.standard_normal((256, model.config.num_channels, size, size))
         batch, what = {"pixel_values": pixels.astype(np.float32)}, "ViT forward, 256 images"
-    forward = jax.jit(lambda p, b: model.apply(p, **b).logits)
+    output = "last_hidden_state" if args.model == "dinov2" else "logits"
+    forward = jax.jit(lambda p, b: getattr(model.apply(p, **b), output))
     ops = fused_ops(forward.lower(model.params, batch).compile().as_text())
     for _ in range(3):
         jax.block_until_ready(forward(model.params, batch))

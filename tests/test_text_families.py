@@ -99,15 +99,15 @@ DEBERTA_V2 = dict(FAMILIES["deberta-v3"].fields, share_att_key=False, position_b
                   embedding_size=11, norm_rel_ebd="none", pos_att_type="c2p")  # fmt: skip
 
 
-def batch(family: str) -> dict[str, np.ndarray]:
-    """3 examples of T tokens, two of them padded (with the family's padding id)."""
+def batch(family: str, tokens: int = T) -> dict[str, np.ndarray]:
+    """3 examples of `tokens` tokens, two of them padded (with the family's padding id)."""
     rng = np.random.default_rng(len(family))
-    ids = rng.integers(3, V, (3, T))
-    mask = (np.arange(T)[None] < np.array([T, T - 2, 3])[:, None]).astype(np.int64)
+    ids = rng.integers(3, V, (3, tokens))
+    mask = (np.arange(tokens)[None] < np.array([tokens, tokens - 2, 3])[:, None]).astype(np.int64)
     pad = PAD if "roberta" in family else 0
     inputs = dict(input_ids=np.where(mask == 1, ids, pad), attention_mask=mask)
     if family == "deberta-v3":  # no token types: the second text's 1s are ignored, as in HF
-        inputs["token_type_ids"] = (np.arange(T)[None] >= 3).astype(np.int64) * mask
+        inputs["token_type_ids"] = (np.arange(tokens)[None] >= 3).astype(np.int64) * mask
     return inputs
 
 
@@ -291,13 +291,9 @@ def test_sequences_longer_than_a_query_block_equal_transformers(family, tmp_path
     from hydra_jax.models.attention import QUERY_BLOCK
 
     T_long = QUERY_BLOCK + 45
-    rng = np.random.default_rng(5)
-    mask = (np.arange(T_long)[None] < np.array([T_long, T_long - 30, 40])[:, None]).astype(np.int64)
-    pad = PAD if family == "roberta" else 0
-    ids = np.where(mask == 1, rng.integers(3, V, (3, T_long)), pad)
     fields = dict(FAMILIES[family].fields, max_position_embeddings=T_long + 2)
-    variant_equals_transformers(family, fields, dict(input_ids=ids, attention_mask=mask),
-                                head_masks()[2], tmp_path, seed=17)  # fmt: skip
+    variant_equals_transformers(family, fields, batch(family, T_long), head_masks()[2], tmp_path,
+                                seed=17)  # fmt: skip
 
 
 @pytest.mark.parametrize(("buckets", "max_distance"), [(256, 512), (4, POSITIONS), (6, 7)])

@@ -102,7 +102,7 @@ def relative_distances(T: int, relative: RelativeAttention) -> np.ndarray:
 # Queries are attended in blocks of at most this many rows. XLA:CPU fuses the scores, softmax
 # and value product into one kernel whose speed falls off a cliff past 256 rows: 8 x 6 heads
 # of 257 tokens (DINOv2-S at 224 px) take 2-3x as long as 256 tokens. Rows are independent, so
-# blocks give the same numbers (`bench/attention.py --tokens`).
+# blocks give the same numbers (`bench/attention.py` times one DINOv2-S layer both ways).
 QUERY_BLOCK = 256
 
 

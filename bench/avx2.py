@@ -25,6 +25,7 @@ import shutil
 import struct
 from pathlib import Path
 
+LIBRARY = "libjax_common.so"  # holds XLA:CPU and its YNNPACK
 SYMBOL = b"_ZN3ynn24get_supported_arch_flagsEv"  # ynn::get_supported_arch_flags()
 PROLOGUE = bytes.fromhex("554889e5")  # push rbp; mov rbp, rsp
 AVX2_FLAGS = 0x7F  # sse2 | ssse3 | sse41 | avx | f16c | avx2 | fma3
@@ -55,27 +56,34 @@ def symbol_offset(elf: bytes | mmap.mmap, name: bytes) -> int:
         raise ValueError(f"no symbol {name.decode()} in the library")
     table = elf[symtab[4] : symtab[4] + symtab[5]]
     for st_name, _, _, shndx, value, _ in struct.iter_unpack("<IBBHQQ", table):
-        if st_name == at + 1:
+        if st_name == at + 1 and 0 < shndx < 0xFF00:  # defined in a section
             section = sections[shndx]
             return value - section[3] + section[4]  # address -> file offset
     raise ValueError(f"symbol {name.decode()} is named but not defined")
 
 
+def patch_offset(library: Path) -> int:
+    """The file offset of YNNPACK's ISA query in `library`, checked to be the code this script
+    rewrites (else ValueError: a jaxlib it was not written for)."""
+    with open(library, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as elf:
+        offset = symbol_offset(elf, SYMBOL)
+        if elf[offset : offset + len(PROLOGUE)] != PROLOGUE:
+            raise ValueError(f"unexpected code at {SYMBOL.decode()} in {library}: not the jaxlib "
+                             "bench/avx2.py was written for (see pyproject.toml)")  # fmt: skip
+    return offset
+
+
 def write_copy(out: Path) -> Path:
-    """Copies the installed jaxlib into `out/jaxlib` and patches its YNNPACK's ISA query."""
+    """Copies the installed jaxlib into `out/jaxlib` and patches its YNNPACK's ISA query. The
+    installed library is checked first, so a jaxlib this does not fit leaves nothing behind."""
     source, target = installed_jaxlib(), out / "jaxlib"
     if target.exists():
         raise FileExistsError(f"{target} exists; give an empty directory")
+    offset = patch_offset(source / LIBRARY)
     shutil.copytree(source, target, symlinks=True)
-    with open(target / "libjax_common.so", "r+b") as file, mmap.mmap(file.fileno(), 0) as elf:
-        offset = symbol_offset(elf, SYMBOL)
-        expected = elf[offset : offset + len(PROLOGUE)] == PROLOGUE
-        if expected:
-            elf[offset : offset + len(RETURN_AVX2)] = RETURN_AVX2
-    if not expected:
-        shutil.rmtree(target)
-        raise ValueError(f"unexpected code at {SYMBOL.decode()}: this jaxlib is not the one "
-                         "bench/avx2.py was written for (see pyproject.toml)")  # fmt: skip
+    with open(target / LIBRARY, "r+b") as file:
+        file.seek(offset)
+        file.write(RETURN_AVX2)
     return target
 
 

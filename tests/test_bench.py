@@ -82,9 +82,11 @@ def test_ensemble_bench_builds_each_single_pass_ensemble():
 def test_avx2_copy_finds_the_isa_query_of_the_pinned_jaxlib():
     """bench/avx2.py rewrites YNNPACK's ISA query; a jaxlib without it (or built otherwise)
     would leave the copy running AVX-512 kernels unnoticed, so the pinned one is checked."""
-    library = avx2.installed_jaxlib() / "libjax_common.so"
-    with open(library, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as elf:
-        offset = avx2.symbol_offset(elf, avx2.SYMBOL)
-        assert elf[offset : offset + len(avx2.PROLOGUE)] == avx2.PROLOGUE
-        with pytest.raises(ValueError, match="no symbol"):
-            avx2.symbol_offset(elf, b"_ZN3ynn_not_a_function")
+    library = avx2.installed_jaxlib() / avx2.LIBRARY
+    assert avx2.patch_offset(library) > 0  # found; raises unless its code is the one patched
+    with (
+        open(library, "rb") as file,
+        mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as elf,
+        pytest.raises(ValueError, match="no symbol"),
+    ):
+        avx2.symbol_offset(elf, b"_ZN3ynn_not_a_function")

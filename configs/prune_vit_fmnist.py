@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs import common
+from hydra_jax.experiments import pruning
 
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
@@ -27,7 +27,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.calibration_seed = 0
     c.methods = ()  # no rows of methods: the study is its analysis
     c.analyses = ("pruning_curves",)
-    c.pruning_curves = common.pruning_curves(smoke=arg == "smoke")
+    c.pruning_curves = pruning.default_config(smoke=arg == "smoke")
     c.data = ml_collections.ConfigDict(dict(ood_limit=1000))  # OOD sets: a fixed random subset
     c.eval = ml_collections.ConfigDict(dict(batch_size=256))
     if arg == "demo":

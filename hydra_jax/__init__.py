@@ -3,7 +3,8 @@
 The package has one dependency direction; a module imports only its own layer or those below:
 
   0. `models` (functional BERT / ViT / CLIP / dual encoders, zero-shot heads, the fused
-     Hydra), `metrics` (numpy), `checks` (argument checks every layer shares)
+     Hydra), `metrics` (numpy), `checks` (argument checks every layer shares), `extras`
+     (the optional `studies` packages, imported with a message naming the extra)
   1. `convert` (checkpoints), `heads` (scores, selection, surgery, circuit search),
      `ensembles` (fusion, member strategies, baselines): no datasets, no optimisers
   2. `data` (the dataset protocol, text, TFDS builders), `training`, `evaluation`
@@ -11,7 +12,8 @@ The package has one dependency direction; a module imports only its own layer or
   4. the entry points `train.py`, `evaluate.py`, `compare.py`
 
 `tests/test_layers.py` reads every import and holds the package to it. `import hydra_jax`
-imports neither tensorflow_datasets nor matplotlib: they load where they are used.
+needs only the core dependencies; the studies' packages (`pip install "hydra_jax[studies]"`)
+load where they are used.
 """
 
 from hydra_jax import data, ensembles, heads, metrics, models
@@ -25,11 +27,14 @@ from hydra_jax.convert import (
 )
 from hydra_jax.models import Model, vision_tower, with_classifier, with_dtype, zero_shot
 
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
+
 hydra = ensembles  # the Hydra API under its own name: `hj.hydra.fuse(members)`
 
 __all__ = [
     "ConversionError",
     "Model",
+    "__version__",
     "data",
     "ensembles",
     "from_pretrained",

@@ -27,6 +27,7 @@ import orbax.checkpoint as ocp
 from flax import struct
 from tqdm.auto import tqdm
 
+from hydra_jax import extras
 from hydra_jax.data import Dataset, loader
 from hydra_jax.metrics import check_labels
 from hydra_jax.models import ENSEMBLE_CONFIGS, MimoConfig, Model, mimo
@@ -134,10 +135,10 @@ class TrainingLog:
             suffix = f".{time.time_ns()}.{os.getpid()}"
             # Imported here: tensorboardX imports torch where it is installed (about 2 s), which
             # a process that never trains (evaluate.py, a refused command line) need not pay.
-            from tensorboardX import SummaryWriter
-
-            self.board = SummaryWriter(str(workdir / "tensorboard"), purge_step=start + 1,
-                                       filename_suffix=suffix)  # fmt: skip
+            tensorboard = extras.studies_import("tensorboardX", "training logs")
+            self.board = tensorboard.SummaryWriter(
+                str(workdir / "tensorboard"), purge_step=start + 1, filename_suffix=suffix
+            )
 
     def write(self, record: dict[str, float]) -> None:
         if not self.primary:

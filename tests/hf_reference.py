@@ -13,6 +13,17 @@ import numpy as np
 import torch
 
 
+def vit_out_projections(backbone: torch.nn.Module) -> list[torch.nn.Module]:
+    """Each layer's attention output projection of a ViT, DeiT or DINOv2 backbone, in either
+    module layout of transformers 5: `layers[l].attention.o_proj` (ViT and DeiT from 5.9,
+    DINOv2 from 5.20) or `encoder.layer[l].attention.output.dense` (before)."""
+    layers = backbone.layers if hasattr(backbone, "layers") else backbone.encoder.layer
+    return [
+        l.attention.o_proj if hasattr(l.attention, "o_proj") else l.attention.output.dense
+        for l in layers
+    ]
+
+
 @contextmanager
 def masked_heads(
     out_projections: Sequence[torch.nn.Module], head_mask: np.ndarray | torch.Tensor | None

@@ -16,7 +16,7 @@ from hydra_jax.testing import assert_close
 torch = pytest.importorskip("torch", reason="torch is not installed: PyTorch parity skipped")
 transformers = pytest.importorskip("transformers")
 
-from hf_reference import masked_heads, to_numpy  # noqa: E402
+from hf_reference import masked_heads, to_numpy, vit_out_projections  # noqa: E402
 
 CLASSES = ["t-shirt", "trouser", "ankle boot"]
 TEMPLATES = ["a photo of a {}.", "a black and white photo of a {}."]
@@ -56,7 +56,7 @@ def dual(tmp_path_factory):
 def test_dual_encoder_parity_with_transformers(dual):
     ref, ours, encoder, pixels = dual
     batch = encoder.pad(["a coat", "a pair of very old trousers", "bag"])
-    vision_layers = [l.attention.o_proj for l in ref.vision_model.layers]
+    vision_layers = vit_out_projections(ref.vision_model)
     text_layers = [l.attention.output.dense for l in ref.text_model.encoder.layer]
     rng = np.random.default_rng(0)
     for vision_mask, text_mask in [(None, None), ((rng.random((2, 12)) > 0.5) * 1.0,

@@ -84,7 +84,10 @@ def test_his_is_not_the_absolute_batch_mean_gradient(bert):
             model.apply(model.params, **batch, head_mask=m).logits, batch["labels"]
         ).mean()
     )(jnp.ones((L, N)))
-    assert np.all(his >= np.abs(np.asarray(mean_grad)) - 1e-6)
+    # |mean| <= mean |.| (equal where every example's gradient has one sign); two programs, so
+    # float32 rounding at 1e-5 of the scale (about 1e-6 here) separates the sides.
+    bound = np.abs(np.asarray(mean_grad))
+    assert np.all(his >= bound - 1e-5 * bound.max())
     assert not np.allclose(his, np.abs(mean_grad), rtol=1e-3)
 
 

@@ -12,7 +12,7 @@ from hydra_jax import testing
 torch = pytest.importorskip("torch", reason="torch is not installed: PyTorch parity skipped")
 transformers = pytest.importorskip("transformers")
 
-from hf_reference import masked_heads, to_numpy  # noqa: E402
+from hf_reference import masked_heads, to_numpy, vit_out_projections  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -141,7 +141,7 @@ def test_vit_parity(tmp_path, vit_pixels, classifier):
     ref.eval()
     ours = save(ref, tmp_path)
     # transformers 5 renamed ViT modules (it still saves the legacy tensor names).
-    projections = [l.attention.o_proj for l in backbone.layers]
+    projections = vit_out_projections(backbone)
     for head_mask in head_masks(3, 4):
         with masked_heads(projections, head_mask), torch.no_grad():
             expected = ref(pixel_values=torch.tensor(vit_pixels), output_attentions=True)

@@ -21,6 +21,7 @@ from hf_reference import (  # noqa: E402
     head_importance,
     masked_heads,
     to_numpy,
+    vit_out_projections,
 )
 
 pytestmark = pytest.mark.torch
@@ -56,9 +57,7 @@ def backbone(reference: torch.nn.Module) -> torch.nn.Module:
 
 
 def projections(reference: torch.nn.Module) -> list[torch.nn.Module]:
-    model = backbone(reference)
-    layers = model.layers if hasattr(model, "layers") else model.encoder.layer
-    return [layer.attention.o_proj for layer in layers]
+    return vit_out_projections(backbone(reference))
 
 
 def head_masks() -> list[np.ndarray | None]:

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from hydra_jax import extras
 from hydra_jax.data.dataset import NO_LABEL
 from hydra_jax.data.images import ImageSet
 from hydra_jax.data.text import TextEncoder, TokenizedSet
@@ -163,7 +164,7 @@ def _read_table(source: Source, columns: Columns, labelled: bool) -> RawSplit:
                 rows.append(row)
         header = sorted({k for row in rows for k in row})
     else:
-        import pyarrow.parquet as pq
+        pq = extras.studies_import("pyarrow.parquet", "parquet: data files")
 
         try:
             table = pq.read_table(path)
@@ -269,8 +270,7 @@ def _read_npz(path: Path, labelled: bool) -> RawSplit:
 def _read_records(source: Source, data_dir: Path | None) -> tuple[list[dict[str, Any]], str]:
     """Rows of a prepared TFDS dataset or a saved HF dataset, as dicts."""
     if source.kind == "tfds":
-        import tensorflow_datasets as tfds
-
+        tfds = extras.studies_import("tensorflow_datasets", "tfds: data sources")
         from hydra_jax.data.sources import default_data_dir
 
         root = Path(data_dir or default_data_dir()) / "tfds"
@@ -282,8 +282,7 @@ def _read_records(source: Source, data_dir: Path | None) -> tuple[list[dict[str,
         except Exception as error:  # TFDS raises its own kinds for a missing dataset or split
             raise DataError(f"{origin}: not a prepared TFDS dataset and split ({error})") from None
         return list(records.__getitems__(range(len(records)))), origin
-    import datasets
-
+    datasets = extras.studies_import("datasets", "hf: data sources")
     origin = str(source)
     try:
         loaded = datasets.load_from_disk(source.location)

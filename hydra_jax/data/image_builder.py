@@ -14,13 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import tensorflow_datasets as tfds
 
+from hydra_jax import extras
 from hydra_jax.data import image_sources
 from hydra_jax.data.dataset import NO_LABEL
 from hydra_jax.data.image_sources import IMAGE_SETS
 from hydra_jax.data.sentences import OOD_VALIDATION_FRACTION
 from hydra_jax.data.sources import default_data_dir
+
+tfds = extras.studies_import("tensorflow_datasets", "the embedded image sets (data.load_images)")
 
 ID_VALIDATION = 5000
 _OOD_SOURCES: dict[str, Callable[[Path], np.ndarray]] = {

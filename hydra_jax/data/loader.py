@@ -17,11 +17,13 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import grain
 import numpy as np
 
+from hydra_jax import extras
 from hydra_jax.data.dataset import Dataset, epoch_batches
 from hydra_jax.models.sharding import process_rows
+
+grain = extras.studies_import("grain", "training input (hydra_jax.training)")
 
 
 def training_batches(

@@ -13,8 +13,8 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
-import tensorflow_datasets as tfds
 
+from hydra_jax import extras
 from hydra_jax.data.dataset import NO_LABEL
 from hydra_jax.data.sources import (
     SOURCE_ARCHIVE,
@@ -24,6 +24,8 @@ from hydra_jax.data.sources import (
     read_rows,
     source_dir,
 )
+
+tfds = extras.studies_import("tensorflow_datasets", "the embedded text sets (hydra_jax.data.load)")
 
 NUM_POSITIVE = 5152  # movieReviewSnippets ids 1..5152 are positive, the rest negative
 ID_TEST, ID_VALIDATION = 1600, 1000

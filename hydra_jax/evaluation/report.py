@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from hydra_jax import metrics
+from hydra_jax import extras, metrics
 
 
 def _pct(x: float) -> str:
@@ -142,12 +142,8 @@ def shift_tables(methods: dict[str, Any]) -> list[str]:
 
 def pyplot():
     """matplotlib's pyplot (Agg backend), imported on first use: `import hydra_jax` does not."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    extras.studies_import("matplotlib", "plots").use("Agg")
+    return extras.studies_import("matplotlib.pyplot", "plots")
 
 
 def reliability_plot(path: Path, probs: np.ndarray, labels: np.ndarray, title: str) -> None:

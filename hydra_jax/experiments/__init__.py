@@ -23,7 +23,12 @@ stage timings, results), `study_data` (the embedded sets), `user_files` (your fi
 
 from __future__ import annotations
 
-from hydra_jax.experiments import (
+from hydra_jax import extras
+
+extras.require_studies("hydra_jax.experiments")
+
+# After the check: these modules import the studies extra's packages.
+from hydra_jax.experiments import (  # noqa: E402
     ablations,
     analyses,
     artefacts,

@@ -1,4 +1,5 @@
-"""What `train.py` and `evaluate.py` share: the flags, override checks, one clean error line."""
+"""The command line of the studies: `train.py`, `evaluate.py` and the `hydra-jax` command share
+the flags, the override checks and one clean error line."""
 
 from __future__ import annotations
 
@@ -127,6 +128,46 @@ def _exit(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+STAGES = ("train", "evaluate")
+# Study configs that ship with the package, by the name `--config` takes (a path works too).
+PACKAGED_CONFIGS = {"custom": Path(__file__).with_name("custom.py")}
+USAGE = """usage: hydra-jax {train,evaluate} --config CONFIG[:VARIANT] --workdir DIR [--config.K=V]
+
+  hydra-jax train    --config custom --workdir runs/mine --config.model=CHECKPOINT_DIR \\
+      --config.data.train=csv:train.csv --config.data.test=csv:test.csv
+  hydra-jax evaluate --config custom --workdir runs/mine   (the same fields)
+
+CONFIG is `custom` (the generic study on your checkpoint and files; `custom:smoke` cuts every
+budget) or the path of a config file. `hydra-jax train --helpfull` lists the flags."""
+
+
+def packaged_config(argv: Sequence[str]) -> list[str]:
+    """`argv` with a packaged config's name (`--config custom:smoke`) replaced by its file path."""
+
+    def resolve(spec: str) -> str:
+        name, colon, variant = spec.partition(":")
+        return f"{PACKAGED_CONFIGS[name]}{colon}{variant}" if name in PACKAGED_CONFIGS else spec
+
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg.startswith("--config="):
+            out[i] = "--config=" + resolve(arg.split("=", 1)[1])
+        elif arg == "--config" and i + 1 < len(out):
+            out[i + 1] = resolve(out[i + 1])
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> Any:
+    """The `hydra-jax` console command: `hydra-jax train|evaluate --config ... --workdir ...`."""
+    argv = list(sys.argv if argv is None else argv)
+    if len(argv) < 2 or argv[1] not in STAGES:
+        asked = len(argv) > 1 and argv[1] in ("-h", "--help", "help")
+        print(USAGE, file=sys.stdout if asked else sys.stderr)
+        sys.exit(0 if asked else 2)
+    stage = STAGES.index(argv[1])
+    return start(stage, [f"{Path(argv[0]).name} {argv[1]}", *packaged_config(argv[2:])])
 
 
 def start(stage_index: int, argv: Sequence[str] | None = None) -> Any:

@@ -1,0 +1,149 @@
+"""Your model, your data: single, Deep Ensemble, MC dropout, pruned models and Hydras on a local
+checkpoint and your data files, with nothing but command-line fields.
+
+    hydra-jax train    --config custom --workdir W \\
+        --config.model=DIR                      # a local HF directory (encoder or classifier)
+        --config.data.train=csv:train.csv       # csv: tsv: jsonl: parquet: folder: npz:
+        --config.data.validation=csv:val.csv    #   tfds:NAME:SPLIT  hf:DIR[:SPLIT]
+        --config.data.test=csv:test.csv
+        --config.data.ood=news=jsonl:news.jsonl,photos=folder:photos/   # NAME=SPEC, commas
+        --config.methods=single,deep_ensemble,mc_dropout,hydra_taylor,hydra_circuit
+    hydra-jax evaluate --config custom --workdir W   (the same fields)
+
+In a clone, `python train.py --config configs/custom.py ...` and `python evaluate.py ...` are the
+same commands (configs/custom.py is this config).
+
+Methods: `single`, `deep_ensemble`, `mc_dropout`, `hydra_S` and `pruned_S` for a strategy S
+(`taylor`, `hies`, `circuit`, `stratified`), and the single-pass ensembles `batch_ensemble`
+(BatchEnsemble: rank-1 factors on every dense layer, `batch_ensemble.factor_std`),
+`lora_ensemble` (LoRA adapters of `lora_ensemble.rank` on a frozen backbone, member heads) and
+`packed_ensemble` (Packed-Ensembles of the checkpoint's architecture, `packed_ensemble.alpha`
+and `.groups`, trained from scratch: it cannot use the pretrained weights) and, for an image
+classifier (ViT, DeiT, DINOv2), `mimo` (MIMO: one network of its architecture with M x the
+input channels and classes, trained from scratch; `mimo.repetitions`,
+`mimo.input_repetition`).
+
+Text tables read the columns `data.text_column` (default `text`), `data.label_column` (`label`)
+and, for sentence pairs, `data.pair_column`. Labels may be integers or strings (mapped through
+the checkpoint's `id2label`, else sorted). Images are preprocessed by the checkpoint's
+`preprocessor_config.json`. `hydra_circuit` / `pruned_circuit` search heads on
+`data.validation` and `data.ood_validation` (`NAME=SPEC` list). TFDS sources are read from
+`data_dir`/tfds (default `$HYDRA_JAX_DATA` or `~/.cache/hydra_jax`), prepared beforehand: nothing
+is ever downloaded.
+
+Zero-shot (`--config.zero_shot.enabled=True`, a CLIP, SigLIP or ViT-BERT dual encoder as
+`config.model`, image data with named classes): `single` classifies by prompts
+(`zero_shot.templates` filled with the class names), nothing trains, and `hydra_S` / `pruned_S`
+are that classifier's pruned members fused as they are (the Hydra paper's zero-shot setting).
+Classes named in `zero_shot.held_out` never reach training or head selection; the report gives
+their accuracy apart from the seen classes'.
+
+Analyses of member 0 beyond the methods' rows (`--config.analyses=pruning_curves,ablations`):
+`pruning_curves`, one-shot head pruning by every criterion (random, l2, his, ad, hies) at 0..70%
+of the heads, HIES's alpha chosen per ratio on `data.validation` (which it needs);
+`ablations`, Hydra members of each size in `ablations.sizes` and head-set strategy in
+`ablations.strategies`, fine-tuned and evaluated before and after fusion.
+
+`smoke` variant (`--config custom:smoke`): every budget cut to about a minute on a small model
+(one short epoch, 16 calibration examples; 3 members, as in the full variant).
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from hydra_jax.experiments import pruning
+
+
+def get_config(arg: str = "") -> ml_collections.ConfigDict:
+    variant, _, seed = arg.partition(",")
+    if variant not in ("", "smoke"):
+        raise ValueError(f"unknown config variant {variant!r}; use '' or 'smoke'")
+    c = ml_collections.ConfigDict()
+    c.title = "Your model on your data"
+    c.seed = int(seed or 0)  # the study seed: every training seed is offset by 1000 * seed
+    c.model = ""  # a local HF directory: a pretrained encoder or a classifier
+    c.data_dir = ""  # TFDS sources: "" = $HYDRA_JAX_DATA or ~/.cache/hydra_jax
+    c.data = ml_collections.ConfigDict(
+        dict(
+            train="",
+            validation="",
+            test="",
+            ood="",  # NAME=SPEC,NAME=SPEC
+            ood_validation="",  # NAME=SPEC,...: circuit search's OOD half
+            text_column="text",
+            pair_column="",  # a second text column: sentence pairs
+            label_column="label",
+            max_tokens=128,
+            train_limit=0,  # 0 = the whole split
+            eval_limit=0,  # caps every test and validation set
+            ood_limit=0,  # caps the OOD sets only
+        )
+    )
+    c.train = ml_collections.ConfigDict(
+        dict(
+            epochs=3.0,
+            batch_size=32,
+            learning_rate=5e-5,
+            warmup_fraction=0.1,
+            weight_decay=0.01,
+            max_grad_norm=1.0,
+            checkpoint_every=200,
+            log_every=20,
+        )
+    )
+    c.methods = "single,deep_ensemble,mc_dropout,hydra_taylor"  # comma-separated
+    c.ensemble_size = 3
+    c.mc_dropout_samples = 10
+    # Single-pass ensembles of `ensemble_size` members (methods batch_ensemble, lora_ensemble, ...);
+    # `train` holds their overrides of `c.train`.
+    c.batch_ensemble = ml_collections.ConfigDict(dict(factor_std=0.5, train=dict()))
+    c.lora_ensemble = ml_collections.ConfigDict(
+        dict(rank=8, alpha=16.0, targets="query,key,value,out", train=dict(learning_rate=5e-4))
+    )
+    # Packed-Ensembles: the checkpoint's architecture, trained from scratch (no pretrained start).
+    c.packed_ensemble = ml_collections.ConfigDict(
+        dict(alpha=2.0, groups=1, train=dict(learning_rate=5e-4))
+    )
+    # MIMO (images only): the checkpoint's architecture, trained from scratch; each step shows the
+    # batch `repetitions` times, a share `input_repetition` of its rows the same to every member.
+    c.mimo = ml_collections.ConfigDict(
+        dict(repetitions=2, input_repetition=0.5, train=dict(learning_rate=5e-4))
+    )
+    # Hydra members: fine-tuning after pruning (fields not set here come from `train`).
+    c.num_members = 3
+    c.member_train = ml_collections.ConfigDict(dict(epochs=1.0, learning_rate=2e-5))
+    c.calibration_size = 256  # head scores: member m's random training subset
+    c.hies_alphas = (0.25, 0.5, 0.75)  # one per member
+    c.circuit = ml_collections.ConfigDict(dict(examples=256, objectives=("nll", "auroc", "avg")))
+    # Zero-shot, on a dual encoder (CLIP, SigLIP, ViT-BERT) and images: classes named by the
+    # templates filled with the class names (string labels, class folders); nothing trains and
+    # the Hydra members are fused as pruned. Methods: single, pruned_S, hydra_S.
+    # held_out: class names kept out of training and head selection, reported apart.
+    c.zero_shot = ml_collections.ConfigDict(
+        dict(enabled=False, templates=("a photo of a {}.",), held_out=())
+    )
+    # Analyses of member 0 (comma-separated; module docstring); their heads are scored on
+    # `calibration_size` training examples drawn with `calibration_seed`.
+    c.analyses = ""
+    c.pruning_curves = pruning.default_config(smoke=variant == "smoke")
+    c.calibration_seed = 0
+    c.ablations = ml_collections.ConfigDict(
+        dict(sizes=(2, 3, 4, 6), strategies=("taylor", "stratified"))
+    )
+    c.eval = ml_collections.ConfigDict(
+        dict(batch_size=64, num_bins=15, latency_batch=32, latency_tokens=64, latency_repeats=10)
+    )
+    c.eval.dtype = "float32"
+    c.mesh = ml_collections.ConfigDict(dict(data=1, member=1, heads=1))
+    if variant == "smoke":
+        c.title += " (smoke)"
+        c.data.max_tokens = 32
+        c.train.update(epochs=1.0, batch_size=8, checkpoint_every=1000, log_every=5)
+        c.mc_dropout_samples = 2
+        c.member_train.epochs = 0.5
+        c.calibration_size = 16
+        c.circuit.update(examples=16, objectives=("nll", "avg"))
+        c.ablations.sizes = (2,)
+        c.eval.update(batch_size=16, latency_batch=4, latency_tokens=16, latency_repeats=1)
+    return c

@@ -1,6 +1,8 @@
-"""Where a jitted forward spends its time on this CPU: MiniLM-L6 (batch 32 x 64 tokens), the
-Fashion-MNIST ViT of `configs/vit_fmnist.py` (256 images, random weights) or a random DINOv2-S
-(8 images of 224 px, 257 tokens; built with `transformers`, as `bench/forward.py` does), fp32.
+"""Where a jitted forward or training step spends its time on this CPU: MiniLM-L6 (batch 32 x 64
+tokens), the Fashion-MNIST ViT of `configs/vit_fmnist.py` (256 images, random weights; 64 for a
+step) or a random DINOv2-S (8 images of 224 px, 257 tokens; built with `transformers`, as
+`bench/forward.py` does), fp32. `--step` profiles `bench/train.py`'s training step instead
+(value and gradient with dropout, clipping, AdamW) and lists its costliest fusions.
 
 Traces a few calls with `jax.profiler`, reads the trace (`jax.profiler.ProfileData`), and sums
 each executed XLA fusion's time by what its fused computation contains: matrix products alone,
@@ -14,7 +16,7 @@ CPU to see whether a gap to PyTorch comes from the matmul kernels (XLA's) or fro
 XLA:CPU's matrix-product kernels record an event on the thread that dispatches them only, so
 the times are of traced work: a product both threads compute counts once.
 
-    .venv/bin/python -m bench.profile [--calls 5] [--model vit|dinov2]
+    .venv/bin/python -m bench.profile [--calls 5] [--model vit|dinov2] [--step]
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ import numpy as np
 
 import hydra_jax as hj
 from bench.forward import dinov2_small
+from bench.train import SETTINGS, STEPS
 from configs import vit_fmnist
 from hydra_jax.data import random_tokens
 from hydra_jax.experiments import artefacts
 from hydra_jax.models import with_classifier
+from hydra_jax.training import TrainState, make_optimizer, make_train_step
 
 NOT_OPS = {"parameter", "bitcast", "broadcast", "constant", "reshape", "tuple", "get-tuple-element"}
 
@@ -52,6 +56,11 @@ def fused_ops(hlo: str) -> dict[str, collections.Counter]:
     }
 
 
+# A layout fusion with more element-wise work than this is a producer chain (a LayerNorm or
+# dropout backward, say) that XLA fused into a transpose: its reads are strided.
+CHAIN = 4
+
+
 def category(ops: collections.Counter) -> str:
     if ("dot" in ops or "convolution" in ops) and "exponential" in ops:
         return "matmul + softmax (attention scores)"
@@ -62,6 +71,8 @@ def category(ops: collections.Counter) -> str:
     if "erf" in ops or "tanh" in ops:
         return "GELU"
     if "transpose" in ops or "copy" in ops:
+        if sum(ops.values()) - ops["transpose"] - ops["copy"] > CHAIN:
+            return "element-wise chain fused into a transpose"
         return "layout (transpose, copy)"
     if "rsqrt" in ops:
         return "LayerNorm"
@@ -109,13 +120,31 @@ def report(title: str, ms: collections.Counter) -> None:
         print(f"  {name:<54}{t:>9.1f} ms {100 * t / total:>6.1f}%")
 
 
+def training_step(model: hj.Model, batch: dict[str, np.ndarray]) -> tuple:
+    """A blocking call of `bench/train.py`'s step on `batch` (state carried), and its program."""
+    optimizer = make_optimizer(SETTINGS, STEPS)
+    step = make_train_step(model, optimizer)
+    state = [TrainState.create(model.params, optimizer)]
+    key = jax.random.key(0)
+    compiled = step.lower(state[0], batch, key).compile()
+
+    def call() -> None:
+        state[0], metrics = step(state[0], batch, key)
+        jax.block_until_ready(metrics["loss"])
+
+    return call, compiled
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--model", choices=("minilm", "vit", "dinov2"), default="minilm")
+    parser.add_argument("--step", action="store_true", help="the training step, not the forward")
     args = parser.parse_args()
     if args.calls < 1:
         parser.error(f"--calls must be at least 1, got {args.calls}")
+    if args.step and args.model == "dinov2":
+        parser.error("--step profiles the MiniLM or the study ViT")
     rng = np.random.default_rng(0)
     if args.model == "minilm":
         model = with_classifier(hj.from_pretrained(hj.minilm_l6_path()), 2, jax.random.key(0))
@@ -128,31 +157,47 @@ def main() -> None:
         batch, what = {"pixel_values": pixels}, "DINOv2-S forward, 8 images of 224 px"
     else:
         model = hj.Model.init(artefacts.scratch_config(vit_fmnist.get_config()), jax.random.key(0))
-        size = model.config.image_size
-        pixels = rng.standard_normal((256, model.config.num_channels, size, size))
-        batch, what = {"pixel_values": pixels.astype(np.float32)}, "ViT forward, 256 images"
-    output = "last_hidden_state" if args.model == "dinov2" else "logits"
-    forward = jax.jit(lambda p, b: getattr(model.apply(p, **b), output))
-    ops = fused_ops(forward.lower(model.params, batch).compile().as_text())
+        size, images = model.config.image_size, 64 if args.step else 256
+        pixels = rng.standard_normal((images, model.config.num_channels, size, size))
+        batch, what = {"pixel_values": pixels.astype(np.float32)}, f"ViT forward, {images} images"
+    if args.step:
+        batch["labels"] = np.arange(len(next(iter(batch.values())))) % model.config.num_labels
+        call, compiled = training_step(model, batch)
+        what = what.replace("forward", "training step")
+    else:
+        output = "last_hidden_state" if args.model == "dinov2" else "logits"
+        forward = jax.jit(lambda p, b: getattr(model.apply(p, **b), output))
+        compiled = forward.lower(model.params, batch).compile()
+
+        def call() -> None:
+            jax.block_until_ready(forward(model.params, batch))
+
+    ops = fused_ops(compiled.as_text())
     for _ in range(3):
-        jax.block_until_ready(forward(model.params, batch))
+        call()
     with tempfile.TemporaryDirectory() as directory:
         with jax.profiler.trace(directory):
             for _ in range(args.calls):
-                jax.block_until_ready(forward(model.params, batch))
+                call()
         trace = next(Path(directory).rglob("*.xplane.pb"))
         data = jax.profiler.ProfileData.from_file(str(trace))
     ms: collections.Counter = collections.Counter()  # per call
+    fusions: collections.Counter = collections.Counter()
     for plane in data.planes:
         for line in plane.lines:
             for event in line.events:
                 name = event.name
                 if name in ops:  # an executed fusion (any thread)
                     ms[category(ops[name])] += event.duration_ns / 1e6 / args.calls
-                elif re.fullmatch(r"[a-z_]+\.\d+", name) and not name.startswith("end"):
+                    fusions[name] += event.duration_ns / 1e6 / args.calls
+                elif re.fullmatch(r"[a-z_\-]+\.\d+", name) and not name.startswith("end"):
                     ms["unfused ops"] += event.duration_ns / 1e6 / args.calls
     report(f"{what}, CPU fp32, XLA ops (summed over threads)", ms)
-    if args.model == "minilm":
+    if args.step:
+        print("costliest fusions (ms per call: what they compute):")
+        for name, t in fusions.most_common(8):
+            print(f"  {name:<32}{t:>8.2f}  {category(ops[name])}: {dict(ops[name].most_common(6))}")
+    if args.model == "minilm" and not args.step:
         torch_ms, threads = torch_profile(batch, args.calls)
         report(f"{what}, CPU fp32, transformers (torch, {threads} threads) aten ops", torch_ms)
 

@@ -102,6 +102,8 @@ def test_fused_equals_members_run_alone(base, head_sets):
     model, batch = base
     members = hydra.members_from(model, head_sets)
     fused = hydra.fuse(members)
+    from_generator = hydra.fuse(member for member in members)  # any iterable of members
+    assert jax.tree.all(jax.tree.map(np.array_equal, from_generator.params, fused.params))
     logits = run(fused, **batch).logits
     assert logits.shape == (7, M, 2)
     for m, member in enumerate(members):  # three different programs, one function

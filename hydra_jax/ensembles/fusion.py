@@ -7,7 +7,7 @@ embedding tables and MLPs and keeps everything else per member.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from hydra_jax.models.architectures import architecture
 from hydra_jax.models.fused import fuse_params, member_params
 
 
-def fuse(members: Sequence[Model]) -> Model:
+def fuse(members: Iterable[Model]) -> Model:
     """One network running every member in a single pass; `fused(**batch).logits` is `[B, M, C]`.
 
     Per member: q/k/v/o (sliced to its kept heads), every LayerNorm, the head (pooler,
@@ -27,12 +27,13 @@ def fuse(members: Sequence[Model]) -> Model:
 
     Args:
       members: compacted BERT or ViT classifiers, or CLIP vision towers, with equal per-layer
-        head counts.
+        head counts; any iterable (a list, a generator).
 
     Raises:
       ValueError: fewer than two members, or members of different families, architectures or
         head counts.
     """
+    members = list(members)
     if len(members) < 2:
         raise ValueError(f"a Hydra needs at least two members, got {len(members)}")
     configs = [m.config for m in members]

@@ -407,6 +407,15 @@ def test_bad_study_data_is_refused_before_training(tmp_path, text_encoder_dir):
     with pytest.raises(ValueError, match=r"mimo.repetitions must be a positive integer, got 0"):
         engine.train(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+    # The checkpoint has 4 heads per layer: 3 Hydra members were refused only after the Deep
+    # Ensemble's members had trained (on enough data to train).
+    write_csv(tmp_path / "more.csv", [(t, "good") for t in GOOD] + [(t, "bad") for t in BAD])
+    config.mimo.repetitions = 2
+    config.data.update(train=f"csv:{tmp_path / 'more.csv'}", test=f"csv:{tmp_path / 'more.csv'}")
+    config.update(methods="deep_ensemble,hydra_taylor", num_members=3)
+    with pytest.raises(ValueError, match="3 members do not divide the 4 heads per layer"):
+        engine.train(config, tmp_path / "hydra")
+    assert not (tmp_path / "hydra").exists()
 
 
 def family_config(family: str, bert: BertConfig) -> BertConfig | ModernBertConfig:

@@ -96,6 +96,19 @@ STRATEGIES = {"taylor": "calibration", "circuit": "uncertainty", "hies": "calibr
               "stratified": "calibration"}  # fmt: skip
 
 
+def heads_per_member(model: Model, num_members: int) -> int:
+    """How many heads per layer each of `num_members` Hydra members of `model` keeps (N / M).
+
+    Raises:
+      ValueError: `num_members` is not a positive integer or does not divide the heads per layer.
+    """
+    checks.count("num_members", num_members)
+    heads = model.config.encoder.num_heads[0]
+    if heads % num_members:
+        raise ValueError(f"{num_members} members do not divide the {heads} heads per layer")
+    return heads // num_members
+
+
 def head_sets(
     strategy: str,
     model: Model,
@@ -120,11 +133,7 @@ def head_sets(
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown member strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
-    checks.count("num_members", num_members)
-    heads = model.config.encoder.num_heads[0]
-    if heads % num_members:
-        raise ValueError(f"{num_members} members do not divide the {heads} heads per layer")
-    n = heads // num_members
+    n = heads_per_member(model, num_members)
     data = calibration if STRATEGIES[strategy] == "calibration" else uncertainty
     if len(data) < num_members:
         raise ValueError(f"strategy {strategy!r} needs {STRATEGIES[strategy]} data for each of "

@@ -370,12 +370,15 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
         check_zero_shot(config, data)
         if base is not None:
             single = zero_shot_classifier(config, base, data, path)
-    if plan.analyses and not (plan.zero_shot and base is None):
-        # Member 0, or (before it trains) its starting point, decides what the analyses see.
+    if (plan.analyses or plan.strategies) and not (plan.zero_shot and base is None):
+        # Member 0, or (before it trains) its starting point, decides what the analyses see
+        # and how many heads each Hydra member keeps: both refused before anything trains.
         trained_later = plan.trains_members and not plan.zero_shot
         seed = members.training_seed(config, 0)
         first = starting_point(base, config, data, seed) if trained_later else single
         check_analyses_on(config, workdir, plan, first, data)
+        if plan.strategies:
+            ensembles.heads_per_member(first, config.num_members)
     workdir.claim(config)
     if plan.zero_shot and base is None:  # no checkpoint: a dual encoder trained here
         path = dual_encoder.train(config, workdir, data.study.train, data.classes.names)

@@ -32,12 +32,11 @@ import numpy as np
 
 import hydra_jax as hj
 from bench.forward import dinov2_small
-from bench.train import SETTINGS, STEPS
+from bench.train import our_step, step_and_state
 from configs import vit_fmnist
 from hydra_jax.data import random_tokens
 from hydra_jax.experiments import artefacts
 from hydra_jax.models import with_classifier
-from hydra_jax.training import TrainState, make_optimizer, make_train_step
 
 NOT_OPS = {"parameter", "bitcast", "broadcast", "constant", "reshape", "tuple", "get-tuple-element"}
 
@@ -122,17 +121,8 @@ def report(title: str, ms: collections.Counter) -> None:
 
 def training_step(model: hj.Model, batch: dict[str, np.ndarray]) -> tuple:
     """A blocking call of `bench/train.py`'s step on `batch` (state carried), and its program."""
-    optimizer = make_optimizer(SETTINGS, STEPS)
-    step = make_train_step(model, optimizer)
-    state = [TrainState.create(model.params, optimizer)]
-    key = jax.random.key(0)
-    compiled = step.lower(state[0], batch, key).compile()
-
-    def call() -> None:
-        state[0], metrics = step(state[0], batch, key)
-        jax.block_until_ready(metrics["loss"])
-
-    return call, compiled
+    made = step, state = step_and_state(model)
+    return our_step(model, batch, made), step.lower(state, batch, jax.random.key(0)).compile()
 
 
 def main() -> None:

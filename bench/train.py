@@ -55,11 +55,19 @@ def vit_model() -> hj.Model:
     return hj.Model.init(artefacts.scratch_config(config), jax.random.key(0))
 
 
-def our_step(model: hj.Model, batch: dict[str, np.ndarray]):
-    """One training step of `model` as a blocking call (the state carried across calls)."""
+def step_and_state(model: hj.Model) -> tuple[Any, TrainState]:
+    """The studies' jitted training step of `model` (AdamW, clipping, dropout) and its start."""
     optimizer = make_optimizer(SETTINGS, STEPS)
-    step = make_train_step(model, optimizer)
-    state = [TrainState.create(model.params, optimizer)]
+    return make_train_step(model, optimizer), TrainState.create(model.params, optimizer)
+
+
+def our_step(
+    model: hj.Model, batch: dict[str, np.ndarray], made: tuple[Any, TrainState] | None = None
+):
+    """One training step of `model` as a blocking call (the state carried across calls), of
+    `made = step_and_state(model)` where the caller needs the step too."""
+    step, start = made or step_and_state(model)
+    state = [start]
     key = jax.random.key(0)
 
     def call() -> None:

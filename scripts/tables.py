@@ -1,0 +1,193 @@
+"""The figures of the docs' tables, kept in `docs/data/*.json` and written into the pages.
+
+    python scripts/tables.py              # rewrite every table block of README.md and docs/
+    python scripts/tables.py --check      # exit 1, naming the pages, where a block is stale
+    python scripts/tables.py collect DATA TABLE WORKDIR   # a table's rows from a results.json
+
+A page marks each generated table with a pair of comments; what lies between them is written
+here, never by hand:
+
+    <!-- table results/text columns=method,id.acc,ood.mean rows=single,hydra_circuit -->
+    ...
+    <!-- end table -->
+
+`results/text` is the table `text` of `docs/data/results.json`; `columns` and `rows` (both
+optional) pick columns by name and rows by their first cell, in the order given. A table in a
+data file:
+
+    {"cpu": "2-core AMD EPYC Zen 4", "date": "2026-12-04", "source": "...",
+     "columns": [{"name": "id.acc", "header": "acc %", "fmt": ".2f", "scale": 100}, ...],
+     "rows": [{"method": "single", "id.acc": 82.69, ...}, ...]}
+
+A column reads the row's value under its `name`, or under each of its `keys` (a cell of several
+figures, joined by `join`: " / " by default). `style` renders the keys as an interval
+("[lo, hi]"), a mean and standard deviation ("m +- s") or a verdict ("d [lo, hi] wins", where
+the interval decides); `fmt` is Python's format spec (or one per key), `null` prints "-". `scale` is what a
+`results.json` value is multiplied by when `collect` copies it (100 for a percentage); a
+column's name (or keys) is then its path in the method's results, `ood.mean.auroc`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "docs" / "data"
+PAGES = ("README.md", "docs/*.md", "docs/tutorials/*.md")
+BLOCK = re.compile(r"^<!-- table (\S+)(.*?) -->\n.*?^<!-- end table -->$", flags=re.S | re.M)
+
+
+def pages(repo: Path = REPO) -> list[Path]:
+    return sorted({p for pattern in PAGES for p in repo.glob(pattern)})
+
+
+def load(name: str, data: Path = DATA) -> dict[str, Any]:
+    """`name` is FILE/TABLE: the table TABLE of `data/FILE.json`."""
+    file, _, table = name.partition("/")
+    tables = json.loads((data / f"{file}.json").read_text())
+    if table not in tables:
+        raise KeyError(f"{file}.json has no table {table!r}; it has {', '.join(tables)}")
+    return tables[table]
+
+
+def _number(value: Any, fmt: str) -> str:
+    if value is None:
+        return "-"
+    return format(value, fmt) if isinstance(value, (int, float)) else str(value)
+
+
+def cell(column: dict[str, Any], row: dict[str, Any]) -> str:
+    keys = column.get("keys", [column["name"]])
+    fmt = column.get("fmt", "")
+    values = [row.get(k) for k in keys]
+    style = column.get("style")
+    if style is None:
+        fmts = fmt if isinstance(fmt, list) else [fmt] * len(keys)
+        return column.get("join", " / ").join(_number(v, f) for v, f in zip(values, fmts))
+    if None in values:
+        return "-"
+    if style == "interval":
+        lo, hi = values
+        return f"[{_number(lo, fmt)}, {_number(hi, fmt)}]"
+    if style == "mean_std":
+        mean, std = values
+        return f"{_number(mean, fmt)} +- {_number(std, fmt.lstrip('+'))}"
+    if style == "verdict":
+        d, lo, hi = values
+        verdict = "**wins**" if lo > 0 else "loses" if hi < 0 else "draw"
+        return f"{_number(d, fmt)} [{_number(lo, fmt)}, {_number(hi, fmt)}] {verdict}"
+    raise ValueError(f"column {column['name']}: unknown style {style!r}")
+
+
+def caption(table: dict[str, Any]) -> str:
+    parts = [table["cpu"], table["date"]] + ([table["source"]] if table.get("source") else [])
+    return "*" + "; ".join(parts) + ".*"
+
+
+def render(table: dict[str, Any], columns: list[str] | None = None,
+           rows: list[str] | None = None) -> str:  # fmt: skip
+    by_name = {c["name"]: c for c in table["columns"]}
+    unknown = [c for c in columns or () if c not in by_name]
+    if unknown:
+        raise KeyError(f"no column {unknown}; the table has {', '.join(by_name)}")
+    chosen = [by_name[c] for c in columns] if columns else table["columns"]
+    first = table["columns"][0]["name"]
+    by_first = {str(r[first]): r for r in table["rows"]}
+    missing = [r for r in rows or () if r not in by_first]
+    if missing:
+        raise KeyError(f"no row {missing}; the table has {', '.join(by_first)}")
+    picked = [by_first[r] for r in rows] if rows else table["rows"]
+    lines = [caption(table), "", "| " + " | ".join(c["header"] for c in chosen) + " |"]
+    lines.append("|" + "---|" * len(chosen))
+    lines += ["| " + " | ".join(cell(c, r) for c in chosen) + " |" for r in picked]
+    return "\n".join(lines)
+
+
+def _options(text: str) -> dict[str, list[str]]:
+    options = dict(re.findall(r"(\w+)=(\S+)", text))
+    unknown = set(options) - {"columns", "rows"}
+    if unknown:
+        raise ValueError(f"unknown table option(s) {sorted(unknown)}: columns= and rows= exist")
+    return {k: v.split(",") for k, v in options.items()}
+
+
+def rewrite(text: str, data: Path = DATA) -> str:
+    """`text` with every table block generated afresh from `data`."""
+
+    def block(match: re.Match) -> str:
+        name, options = match.group(1), _options(match.group(2))
+        head = match.group(0).splitlines()[0]
+        return f"{head}\n{render(load(name, data), **options)}\n<!-- end table -->"
+
+    return BLOCK.sub(block, text)
+
+
+def collect(file: str, table: str, workdir: Path, data: Path = DATA) -> None:
+    """Fills `table`'s rows (one per method it lists) from `workdir/results.json`, scaled."""
+    path = data / f"{file}.json"
+    tables = json.loads(path.read_text())
+    target = tables[table]
+    methods = json.loads((Path(workdir) / "results.json").read_text())["methods"]
+    first = target["columns"][0]["name"]
+    for row in target["rows"]:
+        result = methods[row[first]]
+        for column in target["columns"][1:]:
+            for key in column.get("keys", [column["name"]]):
+                value: Any = result
+                for part in key.split("."):
+                    value = value.get(part) if isinstance(value, dict) else None
+                row[key] = None if value is None else value * column.get("scale", 1)
+    path.write_text(dump(tables))
+
+
+def dump(tables: dict[str, Any]) -> str:
+    """A data file's text: a table's fields one per line, each column and each row on one."""
+
+    def one(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False)
+
+    out = []
+    for name, table in tables.items():
+        fields = []
+        for key, value in table.items():
+            if key in ("columns", "rows"):
+                items = ",\n".join(f"   {one(v)}" for v in value)
+                fields.append(f'  "{key}": [\n{items}\n  ]')
+            else:
+                fields.append(f'  "{key}": {one(value)}')
+        out.append(f'  "{name}": {{\n' + ",\n".join(fields) + "\n  }")
+    return "{\n" + ",\n".join(out) + "\n}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail where a page is stale")
+    sub = parser.add_subparsers(dest="command")
+    take = sub.add_parser("collect", help="a table's rows from an evaluated workdir")
+    take.add_argument("file")
+    take.add_argument("table")
+    take.add_argument("workdir", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "collect":
+        collect(args.file, args.table, args.workdir)
+    stale = []
+    for page in pages():
+        text = page.read_text()
+        new = rewrite(text)
+        if new != text:
+            stale.append(str(page.relative_to(REPO)))
+            if not args.check:
+                page.write_text(new)
+    if args.check and stale:
+        print(f"stale tables in {', '.join(stale)}: run `make tables`", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

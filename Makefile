@@ -13,8 +13,8 @@ SOURCE := $(DATA)/downloads/vaderSentiment-3.3.2.tar.gz
 WHEELS := $(DATA)/downloads/.image_wheels
 FASHION_MNIST := $(DATA)/downloads/debian/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz
 # XLA:CPU allocates large buffers on every call; glibc serves them with fresh mmaps that fault in
-# 4 KiB pages. Transparent huge pages for malloc cut that cost: in a loop, a fine-tuning step is
-# about 24% faster on our 2-core machine (bench/allocator.py; docs/benchmarks.md).
+# 4 KiB pages. Transparent huge pages for malloc cut that cost for a training loop
+# (`python -m bench.allocator` measures it; docs/benchmarks.md).
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 # The studies run as several processes (train.py, evaluate.py per stage) that compile many of the
 # same XLA programs; JAX's persistent compilation cache lets each later process load them instead
@@ -25,7 +25,7 @@ $(STUDIES): export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/runs/.jax_cache
 $(STUDIES): export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0
 $(STUDIES): export JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES ?= 0
 
-.PHONY: setup lock release-check test docs lint bench smoke baselines prune hydra demo demo-seeds vision zero-shot clean
+.PHONY: setup lock release-check tables test docs lint bench smoke baselines prune hydra demo demo-seeds vision zero-shot clean
 
 setup: $(STAMP) $(SOURCE) $(WHEELS) $(FASHION_MNIST)
 
@@ -69,6 +69,11 @@ release-check: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# Every results and benchmark table of README.md and docs/ from docs/data/*.json (the marked
+# blocks; `python scripts/tables.py collect FILE TABLE WORKDIR...` fills a table from runs).
+tables:
+	$(PY) scripts/tables.py
 
 # The documentation site (docs/, mkdocs.yml) into site/; a broken link or reference fails.
 docs: setup
@@ -124,13 +129,13 @@ demo-seeds: setup
 		--pairs hydra_circuit:single,hydra_taylor:single,pruned_circuit:single \
 		--out runs/demo_seeds_zero_shot.md
 
-# About 4 minutes on 2 cores: the uncertainty baselines on real data cut to a few hundred sentences.
+# Minutes: the uncertainty baselines on real data cut to a few hundred sentences.
 smoke: setup
 	$(BIN)/python train.py --config configs/minilm_mr.py:smoke --workdir runs/smoke
 	$(BIN)/python evaluate.py --config configs/minilm_mr.py:smoke --workdir runs/smoke
 
-# About 2 hours on 2 cores: single / deep_ensemble / mc_dropout, BatchEnsemble and LoRA-Ensemble
-# (about 40 minutes each) on the full data.
+# Hours on 2 cores: single / deep_ensemble / mc_dropout, BatchEnsemble and LoRA-Ensemble on the
+# full data.
 baselines: setup
 	$(BIN)/python train.py --config configs/minilm_mr.py --workdir runs/minilm_mr
 	$(BIN)/python evaluate.py --config configs/minilm_mr.py --workdir runs/minilm_mr

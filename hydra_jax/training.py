@@ -133,7 +133,7 @@ class TrainingLog:
             # Event files are named by the second they open in: a run resumed within the same
             # second would overwrite the first run's file without a suffix of its own.
             suffix = f".{time.time_ns()}.{os.getpid()}"
-            # Imported here: tensorboardX imports torch where it is installed (about 2 s), which
+            # Imported here: tensorboardX imports torch where it is installed (seconds), which
             # a process that never trains (evaluate.py, a refused command line) need not pay.
             tensorboard = extras.studies_import("tensorboardX", "training logs")
             self.board = tensorboard.SummaryWriter(

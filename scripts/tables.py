@@ -2,7 +2,7 @@
 
     python scripts/tables.py              # rewrite every table block of README.md and docs/
     python scripts/tables.py --check      # exit 1, naming the pages, where a block is stale
-    python scripts/tables.py collect DATA TABLE WORKDIR   # a table's rows from a results.json
+    python scripts/tables.py collect FILE TABLE WORKDIR...  # a table's rows from evaluated runs
 
 A page marks each generated table with a pair of comments; what lies between them is written
 here, never by hand:
@@ -24,7 +24,8 @@ figures, joined by `join`: " / " by default). `style` renders the keys as an int
 ("[lo, hi]"), a mean and standard deviation ("m +- s") or a verdict ("d [lo, hi] wins", where
 the interval decides); `fmt` is Python's format spec (or one per key), `null` prints "-". `scale` is what a
 `results.json` value is multiplied by when `collect` copies it (100 for a percentage); a
-column's name (or keys) is then its path in the method's results, `ood.mean.auroc`.
+column's name (or keys) is then its path in the method's results, `ood.mean.auroc` (`collect`
+says how seeds and "a - b" rows are read).
 """
 
 from __future__ import annotations
@@ -127,21 +128,50 @@ def rewrite(text: str, data: Path = DATA) -> str:
     return BLOCK.sub(block, text)
 
 
-def collect(file: str, table: str, workdir: Path, data: Path = DATA) -> None:
-    """Fills `table`'s rows (one per method it lists) from `workdir/results.json`, scaled."""
+def _path(result: Any, key: str) -> Any:
+    for part in key.split("."):
+        result = result.get(part) if isinstance(result, dict) else None
+    return result
+
+
+def collect(file: str, table: str, workdirs: list[Path], data: Path = DATA) -> None:
+    """Fills `table`'s rows from evaluated workdirs (one per study seed), scaled by `scale`.
+
+    A row named "a - b" gets the mean OOD AUROC difference of methods a and b with its paired
+    bootstrap interval pooled over the workdirs (in points); any other row is a method: a
+    `mean_std` column takes the mean and std over workdirs of the headline metric its header
+    names (`hydra_jax.evaluation.seeds.HEADLINE`), any other column the value at its path in
+    the method's `results.json` entry (one workdir).
+    """
+    from hydra_jax.evaluation import seeds
+
     path = data / f"{file}.json"
     tables = json.loads(path.read_text())
     target = tables[table]
-    methods = json.loads((Path(workdir) / "results.json").read_text())["methods"]
-    first = target["columns"][0]["name"]
+    first, *columns = target["columns"]
+    results = seeds.load_results(workdirs)
+    by_seed = any(c.get("style") == "mean_std" for c in columns)
+    summary = seeds.summarize(results) if by_seed else {}
     for row in target["rows"]:
-        result = methods[row[first]]
-        for column in target["columns"][1:]:
-            for key in column.get("keys", [column["name"]]):
-                value: Any = result
-                for part in key.split("."):
-                    value = value.get(part) if isinstance(value, dict) else None
-                row[key] = None if value is None else value * column.get("scale", 1)
+        name = str(row[first["name"]])
+        if " - " in name:
+            a, b = name.split(" - ")
+            d = seeds.pooled_difference(workdirs, a, b)
+            values = {"interval": [d["low"], d["high"]],
+                      "verdict": [d["difference"], d["low"], d["high"]]}  # fmt: skip
+        for column in columns:
+            keys = column.get("keys", [column["name"]])
+            if " - " in name:
+                found = values.get(column.get("style"), [d["difference"]])
+                found = [100 * v for v in found]
+            elif column.get("style") == "mean_std":
+                found = [*summary[name][column["header"]]]
+            else:
+                if len(results) != 1:
+                    raise ValueError(f"column {column['name']} reads one workdir's results")
+                found = [_path(results[0]["methods"][name], k) for k in keys]
+                found = [None if v is None else v * column.get("scale", 1) for v in found]
+            row.update(zip(keys, found))
     path.write_text(dump(tables))
 
 
@@ -171,10 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     take = sub.add_parser("collect", help="a table's rows from an evaluated workdir")
     take.add_argument("file")
     take.add_argument("table")
-    take.add_argument("workdir", type=Path)
+    take.add_argument("workdirs", type=Path, nargs="+", help="one per study seed")
     args = parser.parse_args(argv)
     if args.command == "collect":
-        collect(args.file, args.table, args.workdir)
+        collect(args.file, args.table, args.workdirs)
     stale = []
     for page in pages():
         text = page.read_text()

@@ -8,15 +8,12 @@ import os
 import shutil
 import tempfile
 
-# Compilation dominates this suite's time (tiny models, hundreds of programs): LLVM at -O0
-# compiles about a quarter faster, and the programs' speed does not matter here. At -O0, XLA:CPU's
-# older fusion code generator (fusion emitters off) compiles faster again: test_heads.py took
-# 91 s instead of 144 s, test_precision.py + test_dual_encoder.py 77 s instead of 108 s (AMD EPYC
-# Zen 3, 2 cores). (At the default -O2 it is the other way round: a training step compiled in
-# 31 s instead of 13 s; the studies keep XLA's defaults.) XLA splits each module for parallel
-# code generation, but the two workers already keep both cores busy: one part compiles faster
-# (docs/benchmarks.md, "Wall time"). Set before JAX starts its backend; subprocesses (the CLI
-# tests) inherit it.
+# Compilation dominates this suite's time (tiny models, hundreds of programs), and the programs'
+# speed does not matter here: LLVM at -O0 compiles faster, and at -O0 so does XLA:CPU's older
+# fusion code generator (fusion emitters off; at the default -O2 it is the other way round, so
+# the studies keep XLA's defaults). XLA splits each module for parallel code generation, but the
+# two workers already keep both cores busy: one part compiles faster. Set before JAX starts its
+# backend; subprocesses (the CLI tests) inherit it.
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "")
     + " --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
@@ -25,8 +22,8 @@ os.environ["XLA_FLAGS"] = (
 
 # Tests, their subprocesses and both xdist workers compile many of the same programs (the same
 # tiny models in several files, train.py then evaluate.py on one config): one persistent
-# compilation cache for the whole run lets each later compilation load the first one's program
-# (about a tenth of the suite's time). A program's key is its HLO, options and devices, so
+# compilation cache for the whole run lets each later compilation load the first one's program.
+# A program's key is its HLO, options and devices, so
 # results are unchanged. The process that starts pytest creates the folder and removes it at
 # the end; xdist workers and subprocesses inherit it.
 OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ

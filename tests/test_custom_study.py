@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -21,11 +22,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import tokenizers
+from absl import flags
+from ml_collections import ConfigDict, config_flags
 from PIL import Image
 
 import hydra_jax as hj
 from configs import custom as custom_config
-from configs import prune_minilm_mr
 from hydra_jax import testing
 from hydra_jax.data.files import DataError
 from hydra_jax.experiments import engine
@@ -74,9 +76,36 @@ def smoke_config() -> ml_collections.ConfigDict:
     return config
 
 
+def bash_blocks(page: Path) -> list[str]:
+    """A docs page's bash blocks."""
+    return re.findall(r"^```bash\n(.*?)^```$", page.read_text(), flags=re.S | re.M)
+
+
 def bash_block(page: Path) -> str:
     """The first bash block of a docs page."""
-    return re.search(r"^```bash\n(.*?)^```$", page.read_text(), flags=re.S | re.M).group(1)
+    return bash_blocks(page)[0]
+
+
+def commands(block: str) -> list[list[str]]:
+    """The `python train.py` / `evaluate.py` commands of a bash block, as argument lists."""
+    lines = block.replace("\\\n", " ").splitlines()
+    return [shlex.split(line, comments=True) for line in lines if line.startswith("python ")]
+
+
+def command_config(command: list[str], variant: str = "smoke") -> tuple[str, ConfigDict, str]:
+    """(stage, config, workdir) of a `python train.py|evaluate.py --config FILE ...` command,
+    parsed by the flags the CLI parses (the config file at its `variant`, from the clone)."""
+    python, script, *arguments = command
+    assert python == "python" and script in ("train.py", "evaluate.py"), command
+    spec = arguments.index("--config") + 1
+    arguments[spec] = f"{REPO / arguments[spec].partition(':')[0]}:{variant}"
+    argv = [script, *arguments]
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "", flag_values=values, lock_config=True,
+                                    sys_argv=argv)  # fmt: skip
+    flags.DEFINE_string("workdir", None, "", flag_values=values)
+    values(argv)
+    return script.removesuffix(".py"), values.config, values.workdir
 
 
 def test_the_tutorials_command_runs_as_written(tmp_path, text_encoder_dir):
@@ -154,7 +183,7 @@ def vit_dir(tmp_path_factory) -> Path:
     return path
 
 
-def test_image_study_with_folders_and_npz_ood_sets(tmp_path, vit_dir):
+def test_image_study_with_folders_and_npz_ood_sets(tmp_path, vit_dir, monkeypatch):
     rng = np.random.default_rng(1)
     folders = {s: image_folder(tmp_path / s, rng, n) for s, n in (("train", 8), ("val", 4),
                                                                   ("test", 4))}  # fmt: skip
@@ -166,19 +195,24 @@ def test_image_study_with_folders_and_npz_ood_sets(tmp_path, vit_dir):
                        test=f"folder:{folders['test']}", ood=f"noise=npz:{tmp_path / 'noise.npz'}",
                        ood_validation=f"noise=npz:{tmp_path / 'noise_val.npz'}")  # fmt: skip
     config.methods = "single,hydra_circuit"
-    engine.train(config, tmp_path / "run")
-    results = engine.evaluate(config, tmp_path / "run")
+    run = tmp_path / "runs" / "mine"  # where docs/your_data.md's pruning command reads it
+    engine.train(config, run)
+    results = engine.evaluate(config, run)
     assert set(results["methods"]) == {"single", "hydra_circuit"}
-    assert (tmp_path / "run" / "pruned" / "circuit").is_dir()  # member 0 alone, saved too
-    sets = json.loads((tmp_path / "run" / "head_sets.json").read_text())["circuit"]
+    assert (run / "pruned" / "circuit").is_dir()  # member 0 alone, saved too
+    sets = json.loads((run / "head_sets.json").read_text())["circuit"]
     assert np.array(sets).shape == (2, 2, 2)  # [M, L, N]: members of one head per layer
     assert np.all(np.array(sets).sum(-1) == 1)
     assert results["methods"]["single"]["ood"]["noise"]["auroc"] >= 0
-    # Pruning curves of that run's member 0, on its files (HIES's alpha on data.validation).
-    prune = prune_minilm_mr.get_config("smoke")
-    prune.base_workdir = str(tmp_path / "run")
-    engine.train(prune, tmp_path / "prune")
-    curves = engine.evaluate(prune, tmp_path / "prune")["curves"]
+    # Pruning curves of that run's member 0, on its files (HIES's alpha on data.validation):
+    # docs/your_data.md's commands as written, at the smoke variant.
+    (train, prune, workdir), (evaluate, again, same) = map(
+        command_config, commands(bash_blocks(REPO / "docs" / "your_data.md")[1])
+    )
+    assert (train, evaluate, workdir) == ("train", "evaluate", same) and prune == again
+    monkeypatch.chdir(tmp_path)  # the commands' paths are relative to where they run
+    engine.train(prune, workdir)
+    curves = engine.evaluate(prune, workdir)["curves"]
     assert set(curves) == set(prune.pruning_curves.criteria)
     assert curves["his"]["0.0"]["acc"] == results["methods"]["single"]["id"]["acc"]  # unpruned
     assert curves["his"]["0.6"]["heads_kept"] == 2  # of 4
@@ -271,6 +305,25 @@ def test_a_zero_shot_hydra_on_a_dual_encoder(tmp_path, vit_dir, family):
     untrained = hj.hydra.fuse(hj.hydra.members_from(saved, sets))
     jax.tree.map(np.testing.assert_array_equal, hj.load_model(run / "fused" / "taylor").params,
                  untrained.params)  # fmt: skip
+
+
+def test_the_zero_shot_command_runs_as_written(tmp_path, monkeypatch):
+    """docs/your_data.md's zero-shot command (the smoke variant at 2 members, as the tiny CLIP
+    has 2 heads per layer) on image folders named by their classes: nothing trains, the Hydra is
+    the zero-shot classifier pruned and fused."""
+    ((stage, config, workdir),) = map(command_config,
+                                      commands(bash_blocks(REPO / "docs" / "your_data.md")[2]))  # fmt: skip
+    assert stage == "train" and config.zero_shot.enabled
+    config.update(ensemble_size=2, num_members=2)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "path" / "to").mkdir(parents=True)
+    dual_encoder_dir("clip", tmp_path / "path" / "to" / "clip")
+    for split in ("train", "test"):
+        image_folder(tmp_path / split, np.random.default_rng(5), 8)
+    engine.train(config, workdir)
+    fused = hj.load_model(Path(workdir) / "fused" / "taylor")
+    assert fused.config.num_members == 2
+    assert not (Path(workdir) / "members").exists()  # nothing was trained
 
 
 @pytest.mark.parametrize("family", ["deit", "dinov2", "clip", "siglip"])

@@ -66,7 +66,7 @@ def smoke_config(data_dir, checkpoint) -> ml_collections.ConfigDict:
     config.ensemble_size = 2  # the variant's 3 cost the suite time
     config.data_dir = str(data_dir)
     config.checkpoint = str(checkpoint)
-    # A random tiny model: 60 steps; a checkpoint every 30 (each save costs about 0.4 s here).
+    # A random tiny model: 60 steps; a checkpoint every 30 (few saves: each costs a file write).
     config.train.update(epochs=5.0, learning_rate=3e-3, checkpoint_every=30)
     # Every synthetic sentence in one padded length (97% have <= 16 tokens): one compiled
     # program per function, where 32 tokens would compile each for 16 and 32.

@@ -100,9 +100,9 @@ def relative_distances(T: int, relative: RelativeAttention) -> np.ndarray:
 
 
 # Queries are attended in blocks of at most this many rows. XLA:CPU fuses the scores, softmax
-# and value product into one kernel whose speed falls off a cliff past 256 rows: 8 x 6 heads
-# of 257 tokens (DINOv2-S at 224 px) take 2-3x as long as 256 tokens. Rows are independent, so
-# blocks give the same numbers (`bench/attention.py` times one DINOv2-S layer both ways).
+# and value product into one kernel whose speed falls off a cliff past 256 rows (DINOv2-S at
+# 224 px has 257 tokens). Rows are independent, so blocks give the same numbers
+# (`bench/attention.py` times one DINOv2-S layer both ways).
 QUERY_BLOCK = 256
 
 
@@ -191,8 +191,7 @@ class Attention(nn.Module):
         # probabilities are only computed when a caller uses them (attention entropy). Dropout
         # commutes with the row division, so the dropout mask and its meaning are unchanged; the
         # context accumulates in the softmax dtype and returns to the compute dtype after the
-        # division. `bench/attention.py`: one layer's forward takes 0.48-0.53x (ViT shapes) and
-        # 0.88-0.91x (MiniLM) the time of normalising first, its gradient 0.91-0.99x.
+        # division. `bench/attention.py` times this against normalising first.
         projections = {name: projection(name) for name in ("query", "key", "value")}
         q, k, v = (p(x).transpose(0, 2, 1, 3) for p in projections.values())
         if self.rotary_theta:

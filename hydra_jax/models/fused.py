@@ -162,8 +162,8 @@ def encode(
             x = norm(own["attention_norm"], x + a)
             h = x
         # One shared MLP, applied stream by stream: on CPU each stream's [B, T, F] intermediate
-        # stays in cache, and the fused forward is 25% faster than with one [M, B, T, F] pass
-        # (bench/ensemble.py). XLA FLOPs are the same.
+        # stays in cache, where one [M, B, T, F] pass would not (`bench/ensemble.py` times the
+        # fused forward). XLA FLOPs are the same.
         h = jnp.stack([ops.mlp.apply({"params": mlp}, h[m]) for m in range(M)])  # [M, B, T, D]
         h = _vmap(_scaled, h, own.get("mlp_scale"))
         h = _vmap(ops.dropout, h, _keys(rng, M, 4 * l + 2))

@@ -70,10 +70,11 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Every results and benchmark table of README.md and docs/ from docs/data/*.json (the marked
-# blocks; `python scripts/tables.py collect FILE TABLE WORKDIR...` fills a table from runs).
-tables:
-	$(PY) scripts/tables.py
+# Every results and benchmark table of README.md and docs/ from docs/data/*.json, and the
+# generic study's fields (docs/custom_config.md) from its config (the marked blocks;
+# `python scripts/tables.py collect FILE TABLE WORKDIR...` fills a table from runs).
+tables: setup
+	$(BIN)/python scripts/tables.py
 
 # The documentation site (docs/, mkdocs.yml) into site/; a broken link or reference fails.
 docs: setup

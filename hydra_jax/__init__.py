@@ -2,14 +2,17 @@
 
 The package has one dependency direction; a module imports only its own layer or those below:
 
-  0. `models` (functional BERT / ViT / CLIP / dual encoders, zero-shot heads, the fused
-     Hydra), `metrics` (numpy), `checks` (argument checks every layer shares), `extras`
-     (the optional `studies` packages, imported with a message naming the extra)
-  1. `convert` (checkpoints), `heads` (scores, selection, surgery, circuit search),
-     `ensembles` (fusion, member strategies, baselines): no datasets, no optimisers
-  2. `data` (the dataset protocol, text, TFDS builders), `training`, `evaluation`
-  3. `experiments` (baselines, pruning curves, Hydra; the CLI helpers)
-  4. the entry points `train.py`, `evaluate.py`, `compare.py`
+  0. `models` (the functional model of every family in `models.architectures`, zero-shot
+     heads, the fused Hydra, the single-pass ensembles, device meshes in `models.sharding`),
+     `metrics` (numpy), `checks` (argument checks every layer shares), `extras` (the optional
+     `studies` packages, imported with a message naming the extra), `testing`
+  1. `convert` (HF checkpoints in and out, our own format), `heads` (scores, selection,
+     compaction, circuit search), `ensembles` (fusion, member head sets, baselines, the
+     single-pass ensembles' builders): no datasets, no optimisers
+  2. `data` (the dataset protocol, text and image sources, the user's files, the Grain
+     loader), `training` (`fit`), `evaluation` (predictions, reports, seeds)
+  3. `experiments` (the study engine: methods, evaluators, analyses, workdirs; the CLI)
+  4. the entry points `train.py`, `evaluate.py`, `compare.py`, `seeds.py` and `hydra-jax`
 
 `tests/test_layers.py` reads every import and holds the package to it. `import hydra_jax`
 needs only the core dependencies; the studies' packages (`pip install "hydra_jax[studies]"`)

@@ -22,10 +22,10 @@ data file:
 A column reads the row's value under its `name`, or under each of its `keys` (a cell of several
 figures, joined by `join`: " / " by default). `style` renders the keys as an interval
 ("[lo, hi]"), a mean and standard deviation ("m +- s") or a verdict ("d [lo, hi] wins", where
-the interval decides); `fmt` is Python's format spec (or one per key), `null` prints "-". `scale` is what a
-`results.json` value is multiplied by when `collect` copies it (100 for a percentage); a
-column's name (or keys) is then its path in the method's results, `ood.mean.auroc` (`collect`
-says how seeds and "a - b" rows are read).
+the interval decides); `fmt` is Python's format spec (or one per key), `null` prints "-".
+`scale` is what a `results.json` value is multiplied by when `collect` copies it (100 for a
+percentage); a column's name (or keys) is then its path in the method's results,
+`ood.mean.auroc` (`collect` says how seeds and "a - b" rows are read).
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "docs" / "data"
 PAGES = ("README.md", "docs/*.md", "docs/tutorials/*.md")
 BLOCK = re.compile(r"^<!-- table (\S+)(.*?) -->\n.*?^<!-- end table -->$", flags=re.S | re.M)
+# A config's fields (`<!-- fields MODULE -->`): MODULE's `get_config()` defaults, its `smoke`
+# variant's where they differ, and its `HELP`.
+FIELDS = re.compile(r"^<!-- fields (\S+) -->\n.*?^<!-- end fields -->$", flags=re.S | re.M)
 
 
 def pages(repo: Path = REPO) -> list[Path]:
@@ -69,7 +72,9 @@ def cell(column: dict[str, Any], row: dict[str, Any]) -> str:
     style = column.get("style")
     if style is None:
         fmts = fmt if isinstance(fmt, list) else [fmt] * len(keys)
-        return column.get("join", " / ").join(_number(v, f) for v, f in zip(values, fmts))
+        return column.get("join", " / ").join(
+            _number(v, f) for v, f in zip(values, fmts, strict=True)
+        )
     if None in values:
         return "-"
     if style == "interval":
@@ -90,8 +95,9 @@ def caption(table: dict[str, Any]) -> str:
     return "*" + "; ".join(parts) + ".*"
 
 
-def render(table: dict[str, Any], columns: list[str] | None = None,
-           rows: list[str] | None = None) -> str:  # fmt: skip
+def render(
+    table: dict[str, Any], columns: list[str] | None = None, rows: list[str] | None = None
+) -> str:
     by_name = {c["name"]: c for c in table["columns"]}
     unknown = [c for c in columns or () if c not in by_name]
     if unknown:
@@ -125,7 +131,30 @@ def rewrite(text: str, data: Path = DATA) -> str:
         head = match.group(0).splitlines()[0]
         return f"{head}\n{render(load(name, data), **options)}\n<!-- end table -->"
 
-    return BLOCK.sub(block, text)
+    return FIELDS.sub(lambda m: fields(m.group(1)), BLOCK.sub(block, text))
+
+
+def fields(module_name: str) -> str:
+    """The fields block of a config module: every field, its default, its smoke value, its help."""
+    import importlib
+
+    from hydra_jax.experiments.workdir import flat
+
+    module = importlib.import_module(module_name)
+    full, smoke = flat(module.get_config()), flat(module.get_config("smoke"))
+    missing = sorted(set(full) ^ set(module.HELP))
+    if missing:
+        raise KeyError(f"{module_name}.HELP and its config differ in {missing}")
+
+    def shown(value: Any) -> str:
+        return f"`{json.dumps(value)}`"
+
+    lines = [f"<!-- fields {module_name} -->", "| field | default | `smoke` | meaning |"]
+    lines.append("|---|---|---|---|")
+    for key, value in full.items():
+        other = shown(smoke[key]) if smoke[key] != value else ""
+        lines.append(f"| `{key}` | {shown(value)} | {other} | {module.HELP[key]} |")
+    return "\n".join([*lines, "<!-- end fields -->"])
 
 
 def _path(result: Any, key: str) -> Any:
@@ -157,8 +186,8 @@ def collect(file: str, table: str, workdirs: list[Path], data: Path = DATA) -> N
         if " - " in name:
             a, b = name.split(" - ")
             d = seeds.pooled_difference(workdirs, a, b)
-            values = {"interval": [d["low"], d["high"]],
-                      "verdict": [d["difference"], d["low"], d["high"]]}  # fmt: skip
+            interval = [d["low"], d["high"]]
+            values = {"interval": interval, "verdict": [d["difference"], *interval]}
         for column in columns:
             keys = column.get("keys", [column["name"]])
             if " - " in name:
@@ -171,7 +200,7 @@ def collect(file: str, table: str, workdirs: list[Path], data: Path = DATA) -> N
                     raise ValueError(f"column {column['name']} reads one workdir's results")
                 found = [_path(results[0]["methods"][name], k) for k in keys]
                 found = [None if v is None else v * column.get("scale", 1) for v in found]
-            row.update(zip(keys, found))
+            row.update(zip(keys, found, strict=True))
     path.write_text(dump(tables))
 
 

@@ -101,8 +101,9 @@ def command_config(command: list[str], variant: str = "smoke") -> tuple[str, Con
     arguments[spec] = f"{REPO / arguments[spec].partition(':')[0]}:{variant}"
     argv = [script, *arguments]
     values = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, "", flag_values=values, lock_config=True,
-                                    sys_argv=argv)  # fmt: skip
+    config_flags.DEFINE_config_file(
+        "config", None, "", flag_values=values, lock_config=True, sys_argv=argv
+    )
     flags.DEFINE_string("workdir", None, "", flag_values=values)
     values(argv)
     return script.removesuffix(".py"), values.config, values.workdir
@@ -311,8 +312,8 @@ def test_the_zero_shot_command_runs_as_written(tmp_path, monkeypatch):
     """docs/your_data.md's zero-shot command (the smoke variant at 2 members, as the tiny CLIP
     has 2 heads per layer) on image folders named by their classes: nothing trains, the Hydra is
     the zero-shot classifier pruned and fused."""
-    ((stage, config, workdir),) = map(command_config,
-                                      commands(bash_blocks(REPO / "docs" / "your_data.md")[2]))  # fmt: skip
+    (command,) = commands(bash_blocks(REPO / "docs" / "your_data.md")[2])
+    stage, config, workdir = command_config(command)
     assert stage == "train" and config.zero_shot.enabled
     config.update(ensemble_size=2, num_members=2)
     monkeypatch.chdir(tmp_path)

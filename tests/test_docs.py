@@ -49,6 +49,10 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch):
     run_blocks(REPO / "README.md", tmp_path, monkeypatch)
 
 
+def test_the_docs_quickstart_runs(tmp_path, monkeypatch):
+    run_blocks(REPO / "docs" / "index.md", tmp_path, monkeypatch)
+
+
 @pytest.mark.parametrize("page", TUTORIALS, ids=lambda p: p.stem)
 def test_tutorial_python_blocks_run(page, tmp_path, monkeypatch):
     run_blocks(page, tmp_path, monkeypatch)
@@ -73,23 +77,51 @@ def test_every_table_block_is_what_its_data_generate():
 
 def test_a_table_block_is_rewritten_from_its_data(tmp_path):
     """Blocks take the data's figures, columns and rows by name, a caption, and verdicts."""
-    data = {"t": {
-        "cpu": "2-core CPU", "date": "2026-01-02", "source": "`x.py`",
-        "columns": [
-            {"name": "method", "header": "method"},
-            {"name": "id.acc", "header": "acc %", "fmt": ".1f", "scale": 100},
-            {"name": "d", "header": "a - b", "keys": ["d.d", "d.lo", "d.hi"], "style": "verdict",
-             "fmt": "+.2f"},
-            {"name": "ms", "header": "ms", "keys": ["ms.mean", "ms.std"], "style": "mean_std",
-             "fmt": ",.0f"},
-        ],
-        "rows": [
-            {"method": "a", "id.acc": 81.25, "d.d": 1.5, "d.lo": 0.25, "d.hi": 2.0,
-             "ms.mean": 1234.4, "ms.std": 5.0},
-            {"method": "b", "id.acc": None, "d.d": -1.0, "d.lo": -2.0, "d.hi": 0.5,
-             "ms.mean": 1.0, "ms.std": 0.0},
-        ],
-    }}  # fmt: skip
+    data = {
+        "t": {
+            "cpu": "2-core CPU",
+            "date": "2026-01-02",
+            "source": "`x.py`",
+            "columns": [
+                {"name": "method", "header": "method"},
+                {"name": "id.acc", "header": "acc %", "fmt": ".1f", "scale": 100},
+                {
+                    "name": "d",
+                    "header": "a - b",
+                    "keys": ["d.d", "d.lo", "d.hi"],
+                    "style": "verdict",
+                    "fmt": "+.2f",
+                },
+                {
+                    "name": "ms",
+                    "header": "ms",
+                    "keys": ["ms.mean", "ms.std"],
+                    "style": "mean_std",
+                    "fmt": ",.0f",
+                },
+            ],
+            "rows": [
+                {
+                    "method": "a",
+                    "id.acc": 81.25,
+                    "d.d": 1.5,
+                    "d.lo": 0.25,
+                    "d.hi": 2.0,
+                    "ms.mean": 1234.4,
+                    "ms.std": 5.0,
+                },
+                {
+                    "method": "b",
+                    "id.acc": None,
+                    "d.d": -1.0,
+                    "d.lo": -2.0,
+                    "d.hi": 0.5,
+                    "ms.mean": 1.0,
+                    "ms.std": 0.0,
+                },
+            ],
+        }
+    }
     (tmp_path / "f.json").write_text(tables.dump(data))
     page = "x\n<!-- table f/t columns=method,d,ms rows=b,a -->\nstale\n<!-- end table -->\ny\n"
     assert tables.rewrite(page, tmp_path) == (
@@ -123,9 +155,11 @@ def test_every_bash_block_of_the_front_door_is_run_or_checked():
     `make docs`, `make release-check` and `make test`; the release check installs the wheel)."""
     targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), flags=re.M))
     extras = {"studies", "test", "docs"}
-    blocks = {p: re.findall(r"^```bash\n(.*?)^```$", (REPO / p).read_text(), flags=re.S | re.M)
-              for p in ("README.md", "docs/your_data.md")}  # fmt: skip
-    study, prune, zero_shot = blocks["docs/your_data.md"]  # each run by test_custom_study.py
+    pages = ("README.md", "docs/your_data.md")
+    pattern = re.compile(r"^```bash\n(.*?)^```$", flags=re.S | re.M)
+    blocks = {page: pattern.findall((REPO / page).read_text()) for page in pages}
+    assert len(blocks["docs/your_data.md"]) == 3  # each run by test_custom_study.py
+    study = blocks["docs/your_data.md"][0]
     for block in blocks["README.md"]:
         if "--config" in block:
             assert block == study, "the README's study command must be docs/your_data.md's"

@@ -6,7 +6,7 @@ checkpoint and your data files, with nothing but command-line fields.
         --config.data.train=csv:train.csv       # csv: tsv: jsonl: parquet: folder: npz:
         --config.data.validation=csv:val.csv    #   tfds:NAME:SPLIT  hf:DIR[:SPLIT]
         --config.data.test=csv:test.csv
-        --config.data.ood=news=jsonl:news.jsonl,photos=folder:photos/   # NAME=SPEC, commas
+        --config.data.ood=news=jsonl:news.jsonl,reviews=csv:reviews.csv   # NAME=SPEC, commas
         --config.methods=single,deep_ensemble,mc_dropout,hydra_taylor,hydra_circuit
     hydra-jax evaluate --config custom --workdir W   (the same fields)
 
@@ -53,6 +53,76 @@ from __future__ import annotations
 import ml_collections
 
 from hydra_jax.experiments import pruning
+
+# What each field of the config means (`--config.FIELD=VALUE`); docs/custom_config.md is made
+# from it and from `get_config()`'s defaults (`make tables`), and a test keeps the two in step.
+HELP = {
+    "title": "the report's title",
+    "seed": "the study seed: every training seed is offset by 1000 x seed (`custom,1`)",
+    "model": "a local HF directory: a pretrained encoder or a classifier of a supported family",
+    "data_dir": "where `tfds:` sources are prepared; empty: $HYDRA_JAX_DATA or ~/.cache/hydra_jax",
+    "data.train": "the training split, `KIND:LOCATION` (required)",
+    "data.validation": "a validation split: circuit search, HIES's alpha in the pruning curves",
+    "data.test": "the in-distribution test split (required)",
+    "data.ood": "OOD test sets, `NAME=KIND:LOCATION` separated by commas",
+    "data.ood_validation": "OOD validation sets (`NAME=SPEC,...`): circuit search's OOD half",
+    "data.text_column": "the text column of a text table",
+    "data.pair_column": "a second text column: sentence pairs",
+    "data.label_column": "the label column (integers or strings)",
+    "data.max_tokens": "texts are cut to this many tokens",
+    "data.train_limit": "the first N training examples only; 0: all",
+    "data.eval_limit": "caps every test and validation set; 0: no cap",
+    "data.ood_limit": "caps the OOD sets only; 0: no cap",
+    "train.epochs": "epochs of fine-tuning per member (fractions allowed)",
+    "train.batch_size": "examples per step",
+    "train.learning_rate": "AdamW's peak learning rate",
+    "train.warmup_fraction": "share of the steps of linear warm-up, then linear decay",
+    "train.weight_decay": "AdamW's weight decay",
+    "train.max_grad_norm": "global gradient-norm clipping",
+    "train.checkpoint_every": "steps between checkpoints (a killed run resumes from the last)",
+    "train.log_every": "steps between `metrics.jsonl` and TensorBoard records",
+    "methods": "the methods to train and evaluate, comma-separated",
+    "ensemble_size": "members of the Deep Ensemble and of each single-pass ensemble",
+    "mc_dropout_samples": "forward passes of MC dropout",
+    "batch_ensemble.factor_std": "BatchEnsemble's rank-1 factors are drawn from N(1, std)",
+    "lora_ensemble.rank": "rank of each member's LoRA adapters",
+    "lora_ensemble.alpha": "LoRA's scale numerator (the update is alpha / rank x B A)",
+    "lora_ensemble.targets": "the adapted projections, comma-separated",
+    "lora_ensemble.train.learning_rate": "LoRA-Ensemble's learning rate (overrides `train`)",
+    "packed_ensemble.alpha": "Packed-Ensembles' width factor",
+    "packed_ensemble.groups": "Packed-Ensembles' groups per member (gamma)",
+    "packed_ensemble.train.learning_rate": "Packed-Ensembles' learning rate (overrides `train`)",
+    "mimo.repetitions": "MIMO shows each batch this many times per step",
+    "mimo.input_repetition": "MIMO's share of rows that every member sees alike",
+    "mimo.train.learning_rate": "MIMO's learning rate (overrides `train`)",
+    "num_members": "members of each Hydra; must divide the heads per layer",
+    "member_train.epochs": "fine-tuning of each pruned Hydra member (overrides `train`)",
+    "member_train.learning_rate": "its learning rate (overrides `train`)",
+    "calibration_size": "training examples (a random subset per member) that head scores read",
+    "hies_alphas": "HIES's alpha of each Hydra member, one per member",
+    "circuit.examples": "ID and OOD validation examples of each member's circuit search",
+    "circuit.objectives": "each member's circuit-search objective, one per member, cycled",
+    "zero_shot.enabled": "member 0 is a dual encoder's zero-shot classifier; nothing trains",
+    "zero_shot.templates": "prompt templates, `{}` replaced by each class name",
+    "zero_shot.held_out": "class names kept out of training and head selection, reported apart",
+    "analyses": "analyses of member 0, comma-separated: `pruning_curves`, `ablations`",
+    "pruning_curves.ratios": "shares of the heads pruned, one point of the curves each",
+    "pruning_curves.criteria": "the head-scoring criteria of the curves",
+    "pruning_curves.random_seeds": "seeds of the `random` criterion, averaged",
+    "pruning_curves.alphas": "HIES alphas to choose from, per ratio, on `data.validation`",
+    "calibration_seed": "the seed of the analyses' calibration examples",
+    "ablations.sizes": "Hydra sizes of the ablations; each must divide the heads per layer",
+    "ablations.strategies": "head-set strategies of the ablations",
+    "eval.batch_size": "examples per prediction batch",
+    "eval.num_bins": "bins of ECE and the reliability plots",
+    "eval.latency_batch": "batch of the latency measurement",
+    "eval.latency_tokens": "tokens per example of the latency measurement (text)",
+    "eval.latency_repeats": "timed calls of the latency measurement (median)",
+    "eval.dtype": "compute dtype of every evaluated forward: `float32` or `bfloat16`",
+    "mesh.data": "devices along the batch axis",
+    "mesh.member": "devices along the member axis (fused Hydras, stacked Deep Ensembles)",
+    "mesh.heads": "devices along the attention-head axis",
+}
 
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:

@@ -189,8 +189,9 @@ def score(
     """Head importance `[L, N]` (higher = more important, pruned last).
 
     Args:
-      model: a BERT or ViT classifier or a CLIP vision tower with a zero-shot head (gradient and
-        entropy scores need logits; `l2` and `random` need none).
+      model: a classifier of any family (text, image, or a dual encoder's vision tower with a
+        zero-shot head), a fused Hydra's member excluded (gradient and entropy scores need
+        logits; `l2` and `random` need none).
       batches: calibration batches (model-input dicts with `labels`); unused by `l2` and
         `random`.
       method: one of `taylor`, `his`, `entropy`, `hies`, `ad`, `l2`, `random`.

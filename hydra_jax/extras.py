@@ -14,9 +14,15 @@ from types import ModuleType
 
 # The top-level modules of the `studies` extra (pyproject.toml) that the package imports.
 STUDIES = (
-    "absl", "datasets", "grain", "matplotlib", "ml_collections", "pyarrow", "tensorboardX",
+    "absl",
+    "datasets",
+    "grain",
+    "matplotlib",
+    "ml_collections",
+    "pyarrow",
+    "tensorboardX",
     "tensorflow_datasets",
-)  # fmt: skip
+)
 INSTALL = "pip install 'hydra_jax[studies]'"
 
 

@@ -389,8 +389,9 @@ def pooled_auroc_difference(
     checks.count("resamples", resamples)
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level!r} (0.95 for 95%)")
-    checked = [_paired(*run, prefix=f"run {r}: " if len(runs) > 1 else "")
-               for r, run in enumerate(runs)]  # fmt: skip
+    checked = [
+        _paired(*run, prefix=f"run {r}: " if len(runs) > 1 else "") for r, run in enumerate(runs)
+    ]
 
     def difference(run: Run, i: np.ndarray, js: list[np.ndarray]) -> float:
         id_a, ood_a, id_b, ood_b = run
@@ -407,8 +408,12 @@ def pooled_auroc_difference(
             per_run.append(difference(run, i, [rng.integers(0, s.size, s.size) for s in run[1]]))
         draws.append(float(np.mean(per_run)))
     low, high = np.percentile(draws, [50 * (1 - level), 50 * (1 + level)])
-    full = np.mean([difference(run, np.arange(run[0].size), [np.arange(s.size) for s in run[1]])
-                    for run in checked])  # fmt: skip
+    full = np.mean(
+        [
+            difference(run, np.arange(run[0].size), [np.arange(s.size) for s in run[1]])
+            for run in checked
+        ]
+    )
     return {"difference": float(full), "low": float(low), "high": float(high)}
 
 

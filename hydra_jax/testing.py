@@ -82,8 +82,9 @@ def encoder(
         raise TypeError(f"{derived} follow from layers, heads and head_dim; give those instead")
     num_heads = tuple(heads) if isinstance(heads, tuple) else (heads,) * layers
     width = max(num_heads) * head_dim
-    return EncoderConfig(num_heads, width, head_dim, mlp_dim, activation, layer_norm_eps,
-                         pre_norm, **options)  # fmt: skip
+    return EncoderConfig(
+        num_heads, width, head_dim, mlp_dim, activation, layer_norm_eps, pre_norm, **options
+    )
 
 
 def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -121,12 +122,17 @@ def clip(
     `text` and `vision` are `encoder` options of each tower."""
     towers = {"activation": "quick_gelu", "layer_norm_eps": 1e-5, "pre_norm": True}
     return CLIPConfig(
-        CLIPTextConfig(encoder(**{**towers, "causal": True, **(text or {})}), vocab_size,
-                       max_positions, vocab_size - 1),
-        CLIPVisionConfig(encoder(**{**towers, **(vision or {})}), image_size, patch_size,
-                         num_channels),
+        CLIPTextConfig(
+            encoder(**{**towers, "causal": True, **(text or {})}),
+            vocab_size,
+            max_positions,
+            vocab_size - 1,
+        ),
+        CLIPVisionConfig(
+            encoder(**{**towers, **(vision or {})}), image_size, patch_size, num_channels
+        ),
         projection_dim,
-    )  # fmt: skip
+    )
 
 
 def dual_encoder(

@@ -233,8 +233,9 @@ def mimo_loss(model: Model, repetitions: int = 1, input_repetition: float = 0.0)
     def loss_fn(params: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple:
         pixels, labels = batch["pixel_values"], batch["labels"]
         shuffle_key, dropout_key = jax.random.split(key)
-        rows = mimo.member_indices(shuffle_key, labels.shape[0], config.num_members,
-                                    repetitions, input_repetition).T  # [R B, M]  # fmt: skip
+        rows = mimo.member_indices(
+            shuffle_key, labels.shape[0], config.num_members, repetitions, input_repetition
+        ).T  # [R B, M]
         logits = mimo.apply_members(config, params, pixels[rows], dropout_key).logits
         member_labels = labels[rows]  # [R B, M]: member m's image's label
         per_member = optax.softmax_cross_entropy_with_integer_labels(logits, member_labels)
@@ -266,8 +267,10 @@ def locked_text_contrastive_loss(model: Model, text_features: jax.Array) -> Loss
         logits = jnp.exp(params["logit_scale"]) * images.image_embeds @ captions.T  # [B, B]
         same = (labels[:, None] == labels[None, :]).astype(logits.dtype)
         targets = same / same.sum(-1, keepdims=True)  # symmetric pattern: rows serve both ways
-        loss = (optax.softmax_cross_entropy(logits, targets).mean()
-                + optax.softmax_cross_entropy(logits.T, targets).mean()) / 2  # fmt: skip
+        loss = (
+            optax.softmax_cross_entropy(logits, targets).mean()
+            + optax.softmax_cross_entropy(logits.T, targets).mean()
+        ) / 2
         accuracy = same[jnp.arange(labels.shape[0]), logits.argmax(-1)].mean()
         return loss, accuracy
 
@@ -318,8 +321,12 @@ def _restore(manager: ocp.CheckpointManager, state: TrainState, workdir: Path) -
             logger.warning(
                 "checkpoint step %d at %s is unreadable (%s: %s); moved it to %s and resuming "
                 "from the previous kept step",
-                step, path, type(error).__name__, str(error).splitlines()[0][:200], aside,
-            )  # fmt: skip
+                step,
+                path,
+                type(error).__name__,
+                str(error).splitlines()[0][:200],
+                aside,
+            )
     return state
 
 
@@ -403,8 +410,9 @@ def fit(
     learning_rate = learning_rate_schedule(settings, total_steps)
     step_fn = step_fn or make_train_step(model, optimizer, loss)
     base_key = jax.random.key(settings.seed)
-    batches = loader.training_batches(train, settings.batch_size, settings.seed, steps_per_epoch,
-                                      total_steps)  # fmt: skip
+    batches = loader.training_batches(
+        train, settings.batch_size, settings.seed, steps_per_epoch, total_steps
+    )
     data = loader.iterate(batches, start)  # Grain; its position is the step (`data_position`)
     log = TrainingLog(workdir, start, jax.process_index() == 0)  # several processes: one writes
     progress = tqdm(total=total_steps, initial=start, desc=f"train {workdir.name}", leave=False)

@@ -30,15 +30,30 @@ from hydra_jax.convert.common import (
 from hydra_jax.models import BertConfig, Model
 
 HANDLED = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-    "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
-    "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "position_embedding_type",
-    "classifier_dropout", "pad_token_id",
-)  # fmt: skip
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "layer_norm_eps",
+    "position_embedding_type",
+    "classifier_dropout",
+    "pad_token_id",
+)
 # ELECTRA's own fields: its table width, and the sequence summary of its multiple-choice head
 # (which we do not model).
-ELECTRA_HANDLED = ("embedding_size", "summary_type", "summary_use_proj", "summary_activation",
-                   "summary_last_dropout")  # fmt: skip
+ELECTRA_HANDLED = (
+    "embedding_size",
+    "summary_type",
+    "summary_use_proj",
+    "summary_activation",
+    "summary_last_dropout",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +76,13 @@ FAMILIES = {
 
 # HF tensors that carry nothing we model: buffers and pre-training heads (BERT's `cls`,
 # RoBERTa's `lm_head`, ELECTRA's generator and replaced-token discriminator head).
-IGNORED = (r"embeddings\.(position_ids|token_type_ids)", r"cls\..*", r"lm_head\..*",
-           r"generator.*", r"discriminator_predictions\..*")  # fmt: skip
+IGNORED = (
+    r"embeddings\.(position_ids|token_type_ids)",
+    r"cls\..*",
+    r"lm_head\..*",
+    r"generator.*",
+    r"discriminator_predictions\..*",
+)
 
 _LAYER = "encoder.layer.{l}"
 _OURS = "encoder/layer_{l}"
@@ -92,15 +112,18 @@ TWO_LAYER_CLASSIFIER_RULES = [
 
 def config_from_hf(hf: dict[str, Any], has_pooler: bool) -> BertConfig:
     model_type = field(hf, "model_type", str, "bert")  # (a dual encoder's text config may omit it)
-    require(model_type in FAMILIES, f"a BERT-named text model_type {model_type!r} is not one of "
-            f"{sorted(FAMILIES)}")  # fmt: skip
+    require(
+        model_type in FAMILIES,
+        f"a BERT-named text model_type {model_type!r} is not one of {sorted(FAMILIES)}",
+    )
     family = FAMILIES[model_type]
     where = family.stem.upper()
     electra = model_type == "electra"
     check_fields(hf, HANDLED + ELECTRA_HANDLED if electra else HANDLED, where)
     position = field(hf, "position_embedding_type", str, "absolute")
-    require(position == "absolute",
-            f"{where} position_embedding_type={position!r}: only 'absolute'")  # fmt: skip
+    require(
+        position == "absolute", f"{where} position_embedding_type={position!r}: only 'absolute'"
+    )
     classifier_dropout = field(hf, "classifier_dropout", float, None)
     labels = num_labels(hf, "ForSequenceClassification")
     require(
@@ -123,8 +146,11 @@ def config_from_hf(hf: dict[str, Any], has_pooler: bool) -> BertConfig:
         model_type=model_type,
         embedding_size=0 if embedding_size == encoder.width else embedding_size,
     )
-    require(config.max_tokens > 0, f"{where} max_position_embeddings={config.max_positions} "
-            f"leaves no position after the padding id {config.pad_token_id}")  # fmt: skip
+    require(
+        config.max_tokens > 0,
+        f"{where} max_position_embeddings={config.max_positions} "
+        f"leaves no position after the padding id {config.pad_token_id}",
+    )
     return config
 
 

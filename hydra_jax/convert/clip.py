@@ -42,16 +42,26 @@ from hydra_jax.models import (
 )
 
 HANDLED = (
-    "projection_dim", "logit_scale_init_value", "text_config", "vision_config",
-    "text_config_dict", "vision_config_dict",
-)  # fmt: skip
+    "projection_dim",
+    "logit_scale_init_value",
+    "text_config",
+    "vision_config",
+    "text_config_dict",
+    "vision_config_dict",
+)
 _TOWER = (
-    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "hidden_act",
-    "layer_norm_eps", "attention_dropout", "dropout",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "hidden_act",
+    "layer_norm_eps",
+    "attention_dropout",
+    "dropout",
     # The tower's own projection_dim only configures CLIP{Text,Vision}ModelWithProjection;
     # CLIPModel uses the top-level one.
     "projection_dim",
-)  # fmt: skip
+)
 TEXT_HANDLED = (*_TOWER, "vocab_size", "max_position_embeddings", "eos_token_id")
 VISION_HANDLED = (*_TOWER, "image_size", "patch_size", "num_channels")
 
@@ -127,8 +137,14 @@ def _tower(hf: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 def _encoder(hf: dict[str, Any], where: str, causal: bool) -> EncoderConfig:
-    return encoder_config(hf, where, pre_norm=True, causal=causal, layer_norm_eps=1e-5,
-                          dropout_fields=("dropout", "attention_dropout"))  # fmt: skip
+    return encoder_config(
+        hf,
+        where,
+        pre_norm=True,
+        causal=causal,
+        layer_norm_eps=1e-5,
+        dropout_fields=("dropout", "attention_dropout"),
+    )
 
 
 def _vision_config(vision: dict[str, Any]) -> CLIPVisionConfig:
@@ -214,8 +230,13 @@ def export(model: Model, path: Path) -> None:
         D = c.encoder.width
         tensors[f"{_POST_NORM}.weight"] = np.ones(D, np.float32)  # unread by the classifier
         tensors[f"{_POST_NORM}.bias"] = np.zeros(D, np.float32)
-        hf = {"model_type": MODEL_TYPE, "architectures": [CLASSIFIER], "text_config": {},
-              "vision_config": _vision_hf(c.vision), **label_fields(c.num_labels)}  # fmt: skip
+        hf = {
+            "model_type": MODEL_TYPE,
+            "architectures": [CLASSIFIER],
+            "text_config": {},
+            "vision_config": _vision_hf(c.vision),
+            **label_fields(c.num_labels),
+        }
         write_hf(path, hf, tensors)
         return
     if not isinstance(c, CLIPConfig):

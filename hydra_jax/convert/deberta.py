@@ -42,18 +42,45 @@ MODEL_TYPE = "deberta-v2"
 STEM = "DebertaV2"
 PREFIX = "deberta."
 HANDLED = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-    "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
-    "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id",
-    "relative_attention", "max_relative_positions", "position_buckets", "pos_att_type",
-    "norm_rel_ebd", "share_att_key", "position_biased_input", "embedding_size",
-    "pooler_hidden_size", "pooler_dropout", "pooler_hidden_act", "cls_dropout",
-    "conv_kernel_size", "conv_groups", "conv_act", "legacy", "initializer_range",
-)  # fmt: skip
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "layer_norm_eps",
+    "pad_token_id",
+    "relative_attention",
+    "max_relative_positions",
+    "position_buckets",
+    "pos_att_type",
+    "norm_rel_ebd",
+    "share_att_key",
+    "position_biased_input",
+    "embedding_size",
+    "pooler_hidden_size",
+    "pooler_dropout",
+    "pooler_hidden_act",
+    "cls_dropout",
+    "conv_kernel_size",
+    "conv_groups",
+    "conv_act",
+    "legacy",
+    "initializer_range",
+)
 # Buffers and pre-training heads (masked LM, replaced-token detection). `transformers` itself
 # ignores a position table that a checkpoint without absolute positions carries.
-IGNORED = (r"embeddings\.position_ids", r"lm_predictions\..*", r"mask_predictions\..*",
-           r"cls\..*", r"lm_head\..*")  # fmt: skip
+IGNORED = (
+    r"embeddings\.position_ids",
+    r"lm_predictions\..*",
+    r"mask_predictions\..*",
+    r"cls\..*",
+    r"lm_head\..*",
+)
 UNUSED_POSITIONS = r"embeddings\.position_embeddings\.weight"
 
 _LAYER = "encoder.layer.{l}"
@@ -77,26 +104,34 @@ def _position_terms(hf: dict[str, Any]) -> tuple[bool, bool]:
     if isinstance(kinds, str):
         kinds = kinds.lower().split("|")
     kinds = {str(k).strip() for k in kinds} - {""}
-    require(kinds <= {"c2p", "p2c"},
-            f"DeBERTa pos_att_type {sorted(kinds)}: only 'c2p' and 'p2c' are modelled")  # fmt: skip
+    require(
+        kinds <= {"c2p", "p2c"},
+        f"DeBERTa pos_att_type {sorted(kinds)}: only 'c2p' and 'p2c' are modelled",
+    )
     return "c2p" in kinds, "p2c" in kinds
 
 
 def relative_from_hf(hf: dict[str, Any]) -> RelativeAttention:
-    require(field(hf, "relative_attention", bool, False),
-            "DeBERTa relative_attention=false is not modelled (every released DeBERTa-v2/v3 "
-            "checkpoint sets it)")  # fmt: skip
+    require(
+        field(hf, "relative_attention", bool, False),
+        "DeBERTa relative_attention=false is not modelled (every released DeBERTa-v2/v3 "
+        "checkpoint sets it)",
+    )
     positions = field(hf, "max_position_embeddings", int, 512)
     max_distance = field(hf, "max_relative_positions", int, -1)
     max_distance = positions if max_distance < 1 else max_distance
     buckets = max(field(hf, "position_buckets", int, -1), 0)
     require(buckets == 0 or buckets >= 4, f"DeBERTa position_buckets={buckets}: at least 4")
-    require(buckets == 0 or max_distance > buckets // 2 + 1,
-            f"DeBERTa max_relative_positions={max_distance} leaves no log buckets beyond "
-            f"position_buckets // 2 = {buckets // 2}")  # fmt: skip
+    require(
+        buckets == 0 or max_distance > buckets // 2 + 1,
+        f"DeBERTa max_relative_positions={max_distance} leaves no log buckets beyond "
+        f"position_buckets // 2 = {buckets // 2}",
+    )
     norms = {n.strip() for n in field(hf, "norm_rel_ebd", str, "none").lower().split("|")}
-    require(norms <= {"none", "layer_norm"},
-            f"DeBERTa norm_rel_ebd {sorted(norms)}: only 'layer_norm' or 'none'")  # fmt: skip
+    require(
+        norms <= {"none", "layer_norm"},
+        f"DeBERTa norm_rel_ebd {sorted(norms)}: only 'layer_norm' or 'none'",
+    )
     c2p, p2c = _position_terms(hf)
     return RelativeAttention(
         span=buckets or max_distance,
@@ -111,13 +146,16 @@ def relative_from_hf(hf: dict[str, Any]) -> RelativeAttention:
 
 def config_from_hf(hf: dict[str, Any]) -> BertConfig:
     check_fields(hf, HANDLED, "DeBERTa")
-    require(field(hf, "conv_kernel_size", int, 0) <= 0,
-            "DeBERTa conv_kernel_size > 0 (the convolution of DeBERTa-v2 xlarge/xxlarge) is not "
-            "modelled")  # fmt: skip
+    require(
+        field(hf, "conv_kernel_size", int, 0) <= 0,
+        "DeBERTa conv_kernel_size > 0 (the convolution of DeBERTa-v2 xlarge/xxlarge) is not "
+        "modelled",
+    )
     act = field(hf, "pooler_hidden_act", str, "gelu")
     require(act == "gelu", f"DeBERTa pooler_hidden_act={act!r}: only 'gelu'")
-    encoder = encoder_config(hf, "DeBERTa", pre_norm=False, layer_norm_eps=1e-7,
-                             dropout_default=0.1)  # fmt: skip
+    encoder = encoder_config(
+        hf, "DeBERTa", pre_norm=False, layer_norm_eps=1e-7, dropout_default=0.1
+    )
     D = encoder.width
     pooler = field(hf, "pooler_hidden_size", int, D)
     require(pooler == D, f"DeBERTa pooler_hidden_size={pooler} differs from hidden_size {D}")
@@ -160,8 +198,10 @@ def _backbone_rules(c: BertConfig) -> list[Rule]:
     separate = [] if r.share_keys else [("key", r.c2p), ("query", r.p2c)]
     for name in (name for name, used in separate if used):
         hf, ours = f"{_LAYER}.attention.self.pos_{name}_proj", f"{_OURS}/attention/pos_{name}"
-        rules += [Rule(f"{hf}.weight", f"{ours}/kernel", HEADS_IN),
-                  Rule(f"{hf}.bias", f"{ours}/bias", HEADS_BIAS)]  # fmt: skip
+        rules += [
+            Rule(f"{hf}.weight", f"{ours}/kernel", HEADS_IN),
+            Rule(f"{hf}.bias", f"{ours}/bias", HEADS_BIAS),
+        ]
     return expand(rules, c.encoder.num_layers)
 
 

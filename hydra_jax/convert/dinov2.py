@@ -46,12 +46,28 @@ REGISTERS = "dinov2_with_registers"
 # model_type -> (the backbone's prefix in a classifier checkpoint, the HF class-name stem).
 NAMES = {MODEL_TYPE: ("dinov2.", "Dinov2"), REGISTERS: (f"{REGISTERS}.", "Dinov2WithRegisters")}
 HANDLED = (
-    "hidden_size", "num_hidden_layers", "num_attention_heads", "mlp_ratio", "hidden_act",
-    "hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps", "image_size",
-    "patch_size", "num_channels", "qkv_bias", "layerscale_value", "drop_path_rate",
-    "use_swiglu_ffn", "use_mask_token", "apply_layernorm", "reshape_hidden_states",
-    "out_features", "out_indices", "stage_names",
-)  # fmt: skip
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "mlp_ratio",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "layer_norm_eps",
+    "image_size",
+    "patch_size",
+    "num_channels",
+    "qkv_bias",
+    "layerscale_value",
+    "drop_path_rate",
+    "use_swiglu_ffn",
+    "use_mask_token",
+    "apply_layernorm",
+    "reshape_hidden_states",
+    "out_features",
+    "out_indices",
+    "stage_names",
+)
 # `layerscale_value` initialises the scales and `drop_path_rate` is a training regulariser;
 # the `out_*`, `stage_names`, `apply_layernorm` and `reshape_hidden_states` fields configure
 # Dinov2Backbone's feature maps, which we do not model.
@@ -108,13 +124,19 @@ def config_from_hf(hf: dict[str, Any]) -> ViTConfig:
     require(min(D, N, L, F) > 0, f"DINOv2 sizes must be positive: D={D}, N={N}, L={L}, F={F}")
     require(D % N == 0, f"DINOv2 hidden_size {D} is not divisible by num_attention_heads {N}")
     encoder = EncoderConfig(
-        num_heads=(N,) * L, width=D, head_dim=D // N, mlp_dim=F, activation=act,
-        layer_norm_eps=float(field(hf, "layer_norm_eps", float, 1e-6)), pre_norm=True,
+        num_heads=(N,) * L,
+        width=D,
+        head_dim=D // N,
+        mlp_dim=F,
+        activation=act,
+        layer_norm_eps=float(field(hf, "layer_norm_eps", float, 1e-6)),
+        pre_norm=True,
         qkv_bias=field(hf, "qkv_bias", bool, True),
         dropout=float(field(hf, "hidden_dropout_prob", float, 0.0)),
         attention_dropout=float(field(hf, "attention_probs_dropout_prob", float, 0.0)),
-        layer_scale=True, gated_mlp=swiglu,
-    )  # fmt: skip
+        layer_scale=True,
+        gated_mlp=swiglu,
+    )
     R = field(hf, "num_register_tokens", int, 4) if registers else 0
     require(R >= 0, f"DINOv2 num_register_tokens must be at least 0, got {R}")
     return ViTConfig(

@@ -34,10 +34,20 @@ from hydra_jax.models.encoder import ACTIVATIONS
 
 MODEL_TYPE = "distilbert"
 HANDLED = (
-    "vocab_size", "max_position_embeddings", "sinusoidal_pos_embds", "n_layers", "n_heads", "dim",
-    "hidden_dim", "dropout", "attention_dropout", "activation", "qa_dropout",
-    "seq_classif_dropout", "pad_token_id",
-)  # fmt: skip
+    "vocab_size",
+    "max_position_embeddings",
+    "sinusoidal_pos_embds",
+    "n_layers",
+    "n_heads",
+    "dim",
+    "hidden_dim",
+    "dropout",
+    "attention_dropout",
+    "activation",
+    "qa_dropout",
+    "seq_classif_dropout",
+    "pad_token_id",
+)
 LAYER_NORM_EPS = 1e-12  # fixed in DistilBERT's modules, not a config field
 # A buffer, and the masked-language-model head.
 IGNORED = (r"embeddings\.position_ids", r"vocab_(transform|layer_norm|projector)\..*")
@@ -70,11 +80,16 @@ def config_from_hf(hf: dict[str, Any]) -> BertConfig:
     require(min(D, N, L, F) > 0, f"DistilBERT sizes must be positive: D={D}, N={N}, L={L}, F={F}")
     require(D % N == 0, f"DistilBERT dim {D} is not divisible by n_heads {N}")
     encoder = EncoderConfig(
-        num_heads=(N,) * L, width=D, head_dim=D // N, mlp_dim=F, activation=act,
-        layer_norm_eps=LAYER_NORM_EPS, pre_norm=False,
+        num_heads=(N,) * L,
+        width=D,
+        head_dim=D // N,
+        mlp_dim=F,
+        activation=act,
+        layer_norm_eps=LAYER_NORM_EPS,
+        pre_norm=False,
         dropout=float(field(hf, "dropout", float, 0.1)),
         attention_dropout=float(field(hf, "attention_dropout", float, 0.1)),
-    )  # fmt: skip
+    )
     return BertConfig(
         encoder=encoder,
         vocab_size=field(hf, "vocab_size", int),
@@ -127,8 +142,10 @@ def export(model: Model, path: Path) -> None:
     c = model.config
     if not isinstance(c, BertConfig) or c.model_type != MODEL_TYPE:
         raise ConversionError(f"expected a DistilBERT model, got {type(c).__name__}")
-    require(c.encoder.layer_norm_eps == LAYER_NORM_EPS,
-            f"HF DistilBERT's LayerNorm epsilon is {LAYER_NORM_EPS}, this model's is "
-            f"{c.encoder.layer_norm_eps}")  # fmt: skip
+    require(
+        c.encoder.layer_norm_eps == LAYER_NORM_EPS,
+        f"HF DistilBERT's LayerNorm epsilon is {LAYER_NORM_EPS}, this model's is "
+        f"{c.encoder.layer_norm_eps}",
+    )
     prefix = "distilbert." if c.num_labels else ""
     write_hf(path, hf_config(c), to_hf_tensors(rules_for(c), model.params, prefix))

@@ -46,8 +46,11 @@ def rules_for(config: DualEncoderConfig) -> list[Rule]:
 def _sub_config(hf: dict[str, Any], key: str, model_type: str) -> dict[str, Any]:
     sub = field(hf, key, dict)
     kind = sub.get("model_type")
-    require(kind == model_type, f"{key}.model_type is {kind!r}: this converter reads a "
-            f"{model_type!r} {key.split('_')[0]} tower only")  # fmt: skip
+    require(
+        kind == model_type,
+        f"{key}.model_type is {kind!r}: this converter reads a "
+        f"{model_type!r} {key.split('_')[0]} tower only",
+    )
     return {k: v for k, v in sub.items() if k != "model_type"}
 
 

@@ -40,19 +40,46 @@ from hydra_jax.models.encoder import ACTIVATIONS
 MODEL_TYPE = "modernbert"
 PREFIX = "model."
 HANDLED = (
-    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "hidden_activation", "max_position_embeddings", "norm_eps", "norm_bias", "pad_token_id",
-    "attention_bias", "attention_dropout", "layer_types", "global_attn_every_n_layers",
-    "rope_parameters", "global_rope_theta", "local_rope_theta", "local_attention",
-    "embedding_dropout", "mlp_bias", "mlp_dropout", "classifier_pooling", "classifier_dropout",
-    "classifier_bias", "classifier_activation",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "hidden_activation",
+    "max_position_embeddings",
+    "norm_eps",
+    "norm_bias",
+    "pad_token_id",
+    "attention_bias",
+    "attention_dropout",
+    "layer_types",
+    "global_attn_every_n_layers",
+    "rope_parameters",
+    "global_rope_theta",
+    "local_rope_theta",
+    "local_attention",
+    "embedding_dropout",
+    "mlp_bias",
+    "mlp_dropout",
+    "classifier_pooling",
+    "classifier_dropout",
+    "classifier_bias",
+    "classifier_activation",
     # No effect on the network's function: initialisation, special-token ids, the masked-LM
     # decoder, and kernels / compilation of the PyTorch implementation.
-    "initializer_range", "initializer_cutoff_factor", "eos_token_id", "bos_token_id",
-    "cls_token_id", "sep_token_id", "decoder_bias", "deterministic_flash_attn",
-    "sparse_prediction", "sparse_pred_ignore_index", "reference_compile",
+    "initializer_range",
+    "initializer_cutoff_factor",
+    "eos_token_id",
+    "bos_token_id",
+    "cls_token_id",
+    "sep_token_id",
+    "decoder_bias",
+    "deterministic_flash_attn",
+    "sparse_prediction",
+    "sparse_pred_ignore_index",
+    "reference_compile",
     "repad_logits_with_grad",
-)  # fmt: skip
+)
 LAYER_TYPES = ("full_attention", "sliding_attention")
 DEFAULT_THETA = {"full_attention": 160_000.0, "sliding_attention": 10_000.0}
 THETA_FIELDS = {"full_attention": "global_rope_theta", "sliding_attention": "local_rope_theta"}
@@ -64,12 +91,14 @@ QKV = ("query", "key", "value")
 _LAYER = "layers.{l}"
 _OURS = "encoder/layer_{l}"
 LAYER_RULES = [
-    *(Rule(f"{_LAYER}.attn.W{n[0]}.weight", f"{_OURS}/attention/{n}/kernel", HEADS_IN)
-      for n in QKV),
+    *(
+        Rule(f"{_LAYER}.attn.W{n[0]}.weight", f"{_OURS}/attention/{n}/kernel", HEADS_IN)
+        for n in QKV
+    ),
     Rule(f"{_LAYER}.attn.Wo.weight", f"{_OURS}/attention/out/kernel", HEADS_OUT),
     Rule(f"{_LAYER}.mlp.Wi.weight", f"{_OURS}/mlp/fc1/kernel", LINEAR),
     Rule(f"{_LAYER}.mlp.Wo.weight", f"{_OURS}/mlp/fc2/kernel", LINEAR),
-]  # fmt: skip
+]
 
 
 def _layer_types(hf: dict[str, Any], L: int) -> list[str]:
@@ -88,8 +117,10 @@ def _theta(hf: dict[str, Any], kind: str) -> float:
     kinds = rope.get("rope_type", "default")
     require(kinds == "default", f"ModernBERT {kind} rope_type={kinds!r}: only 'default'")
     theta = rope.get("rope_theta", field(hf, THETA_FIELDS[kind], float, DEFAULT_THETA[kind]))
-    require(isinstance(theta, int | float) and theta > 1,
-            f"ModernBERT {kind} rope_theta must be a number above 1, got {theta!r}")  # fmt: skip
+    require(
+        isinstance(theta, int | float) and theta > 1,
+        f"ModernBERT {kind} rope_theta must be a number above 1, got {theta!r}",
+    )
     return float(theta)
 
 
@@ -105,21 +136,31 @@ def config_from_hf(hf: dict[str, Any]) -> ModernBertConfig:
     D, N = field(hf, "hidden_size", int, 768), field(hf, "num_attention_heads", int, 12)
     L, F = field(hf, "num_hidden_layers", int, 22), field(hf, "intermediate_size", int, 1152)
     require(min(D, N, L, F) > 0, f"ModernBERT sizes must be positive: D={D}, N={N}, L={L}, F={F}")
-    require(D % N == 0 and (D // N) % 2 == 0,
-            f"ModernBERT hidden_size {D} must split into {N} heads of an even width")  # fmt: skip
+    require(
+        D % N == 0 and (D // N) % 2 == 0,
+        f"ModernBERT hidden_size {D} must split into {N} heads of an even width",
+    )
     types = _layer_types(hf, L)
     window = field(hf, "local_attention", int, 128) // 2
     require(window > 0, f"ModernBERT local_attention must be at least 2, got {2 * window}")
     attention_bias = field(hf, "attention_bias", bool, False)
     encoder = EncoderConfig(
-        num_heads=(N,) * L, width=D, head_dim=D // N, mlp_dim=F, activation=act,
-        layer_norm_eps=float(field(hf, "norm_eps", float, 1e-5)), pre_norm=True,
-        qkv_bias=attention_bias, out_bias=attention_bias,
-        mlp_bias=field(hf, "mlp_bias", bool, False), norm_bias=field(hf, "norm_bias", bool, False),
-        gated_mlp=True, rotary=tuple(_theta(hf, t) for t in types),
+        num_heads=(N,) * L,
+        width=D,
+        head_dim=D // N,
+        mlp_dim=F,
+        activation=act,
+        layer_norm_eps=float(field(hf, "norm_eps", float, 1e-5)),
+        pre_norm=True,
+        qkv_bias=attention_bias,
+        out_bias=attention_bias,
+        mlp_bias=field(hf, "mlp_bias", bool, False),
+        norm_bias=field(hf, "norm_bias", bool, False),
+        gated_mlp=True,
+        rotary=tuple(_theta(hf, t) for t in types),
         windows=tuple(window if t == "sliding_attention" else 0 for t in types),
         first_norm=False,
-    )  # fmt: skip
+    )
     pooling = field(hf, "classifier_pooling", str, "cls")
     require(pooling in POOLINGS, f"ModernBERT classifier_pooling={pooling!r}: one of {POOLINGS}")
     return ModernBertConfig(
@@ -150,13 +191,17 @@ def _backbone_rules(c: ModernBertConfig) -> list[Rule]:
     ]
     layers = list(LAYER_RULES)
     if e.qkv_bias:
-        layers += [Rule(f"{_LAYER}.attn.W{n[0]}.bias", f"{_OURS}/attention/{n}/bias", HEADS_BIAS)
-                   for n in QKV]  # fmt: skip
+        layers += [
+            Rule(f"{_LAYER}.attn.W{n[0]}.bias", f"{_OURS}/attention/{n}/bias", HEADS_BIAS)
+            for n in QKV
+        ]
     if e.out_bias:
         layers.append(Rule(f"{_LAYER}.attn.Wo.bias", f"{_OURS}/attention/out/bias"))
     if e.mlp_bias:
-        layers += [Rule(f"{_LAYER}.mlp.W{n}.bias", f"{_OURS}/mlp/fc{k}/bias")
-                   for n, k in (("i", 1), ("o", 2))]  # fmt: skip
+        layers += [
+            Rule(f"{_LAYER}.mlp.W{n}.bias", f"{_OURS}/mlp/fc{k}/bias")
+            for n, k in (("i", 1), ("o", 2))
+        ]
     layers += _norm(f"{_LAYER}.mlp_norm", f"{_OURS}/mlp_norm", e.norm_bias)
     rules += expand(layers, e.num_layers)
     for l in range(1, e.num_layers):  # layer 0 has no attention norm
@@ -253,11 +298,17 @@ def export(model: Model, path: Path) -> None:
     if not isinstance(c, ModernBertConfig):
         raise ConversionError(f"expected a ModernBERT model, got {type(c).__name__}")
     e = c.encoder
-    require(not e.first_norm and e.gated_mlp and e.qkv_bias == e.out_bias and e.rotary
-            and e.windows and len({w for w in e.windows if w}) <= 1
-            and len({th for th, w in zip(e.rotary, e.windows, strict=True) if w}) <= 1
-            and len({th for th, w in zip(e.rotary, e.windows, strict=True) if not w}) <= 1,
-            "this ModernBERT's stack has settings HF's config cannot express")  # fmt: skip
+    require(
+        not e.first_norm
+        and e.gated_mlp
+        and e.qkv_bias == e.out_bias
+        and e.rotary
+        and e.windows
+        and len({w for w in e.windows if w}) <= 1
+        and len({th for th, w in zip(e.rotary, e.windows, strict=True) if w}) <= 1
+        and len({th for th, w in zip(e.rotary, e.windows, strict=True) if not w}) <= 1,
+        "this ModernBERT's stack has settings HF's config cannot express",
+    )
     prefix = PREFIX if c.num_labels else ""
     tensors = to_hf_tensors(_backbone_rules(c), model.params, prefix)
     if c.num_labels:

@@ -40,13 +40,30 @@ from hydra_jax.models.sharding import is_primary
 
 _CONFIGS = {
     c.__name__: c
-    for c in (EncoderConfig, BertConfig, ViTConfig, CLIPTextConfig, CLIPVisionConfig,
-              CLIPConfig, CLIPVisionTowerConfig, DualEncoderConfig, HydraConfig,
-              BatchEnsembleConfig, LoraEnsembleConfig, PackedEnsembleConfig, MimoConfig,
-              ModernBertConfig,
-              RelativeAttention, SiglipConfig, SiglipTextConfig, SiglipVisionConfig,
-              SiglipVisionTowerConfig, SiglipClassifierConfig, CLIPClassifierConfig)
-}  # fmt: skip
+    for c in (
+        EncoderConfig,
+        BertConfig,
+        ViTConfig,
+        CLIPTextConfig,
+        CLIPVisionConfig,
+        CLIPConfig,
+        CLIPVisionTowerConfig,
+        DualEncoderConfig,
+        HydraConfig,
+        BatchEnsembleConfig,
+        LoraEnsembleConfig,
+        PackedEnsembleConfig,
+        MimoConfig,
+        ModernBertConfig,
+        RelativeAttention,
+        SiglipConfig,
+        SiglipTextConfig,
+        SiglipVisionConfig,
+        SiglipVisionTowerConfig,
+        SiglipClassifierConfig,
+        CLIPClassifierConfig,
+    )
+}
 CONFIG_FILE = "model_config.json"
 
 

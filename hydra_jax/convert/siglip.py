@@ -54,12 +54,25 @@ from hydra_jax.models import (
 MODEL_TYPE = "siglip"
 HANDLED = ("text_config", "vision_config", "initializer_factor")
 _TOWER = (
-    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "hidden_act",
-    "layer_norm_eps", "attention_dropout", "model_type",
-)  # fmt: skip
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "hidden_act",
+    "layer_norm_eps",
+    "attention_dropout",
+    "model_type",
+)
 # Token ids only configure generation and the tokenizer; the text tower pools its last position.
-TEXT_HANDLED = (*_TOWER, "vocab_size", "max_position_embeddings", "projection_size",
-                "pad_token_id", "bos_token_id", "eos_token_id")  # fmt: skip
+TEXT_HANDLED = (
+    *_TOWER,
+    "vocab_size",
+    "max_position_embeddings",
+    "projection_size",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+)
 VISION_HANDLED = (*_TOWER, "image_size", "patch_size", "num_channels", "vision_use_head")
 IGNORED = (r"(text|vision)_model\.embeddings\.position_ids",)
 _POOL = "vision_model.head"
@@ -79,16 +92,20 @@ def rules_for(config: SiglipConfig) -> list[Rule]:
     vision = [
         *_vision_rules("vision"),
         Rule(f"{_POOL}.probe", "vision/pool/probe", SQUEEZE_2),
-        *(Rule(f"{_POOL}.attention.w{n[0]}.weight", f"vision/pool/{n}/kernel", HEADS_IN)
-          for n in ("query", "key", "value")),
-        *(Rule(f"{_POOL}.attention.w{n[0]}.bias", f"vision/pool/{n}/bias", HEADS_BIAS)
-          for n in ("query", "key", "value")),
+        *(
+            Rule(f"{_POOL}.attention.w{n[0]}.weight", f"vision/pool/{n}/kernel", HEADS_IN)
+            for n in ("query", "key", "value")
+        ),
+        *(
+            Rule(f"{_POOL}.attention.w{n[0]}.bias", f"vision/pool/{n}/bias", HEADS_BIAS)
+            for n in ("query", "key", "value")
+        ),
         Rule(f"{_POOL}.attention.out_proj.weight", "vision/pool/out/kernel", HEADS_OUT),
         Rule(f"{_POOL}.attention.out_proj.bias", "vision/pool/out/bias"),
         *layer_norm(f"{_POOL}.layernorm", "vision/pool/norm"),
         *dense(f"{_POOL}.mlp.fc1", "vision/pool/mlp/fc1"),
         *dense(f"{_POOL}.mlp.fc2", "vision/pool/mlp/fc2"),
-    ]  # fmt: skip
+    ]
     return [
         *expand(text, config.text.encoder.num_layers),
         *expand(vision, config.vision.encoder.num_layers),
@@ -118,8 +135,13 @@ def classifier_rules(config: SiglipClassifierConfig) -> list[Rule]:
 
 
 def _encoder(hf: dict[str, Any], where: str) -> EncoderConfig:
-    return encoder_config(hf, where, pre_norm=True, layer_norm_eps=1e-6,
-                          dropout_fields=("dropout", "attention_dropout"))  # fmt: skip
+    return encoder_config(
+        hf,
+        where,
+        pre_norm=True,
+        layer_norm_eps=1e-6,
+        dropout_fields=("dropout", "attention_dropout"),
+    )
 
 
 def _vision_config(vision: dict[str, Any]) -> SiglipVisionConfig:
@@ -142,15 +164,19 @@ def config_from_hf(hf: dict[str, Any]) -> SiglipConfig:
     check_fields(hf, HANDLED, "SigLIP")
     text, vision = field(hf, "text_config", dict, {}), field(hf, "vision_config", dict, {})
     check_fields(text, TEXT_HANDLED, "SigLIP text_config")
-    require(field(vision, "vision_use_head", bool, True),
-            "SigLIP vision_use_head=false (no attention-pooling head) is not modelled")  # fmt: skip
+    require(
+        field(vision, "vision_use_head", bool, True),
+        "SigLIP vision_use_head=false (no attention-pooling head) is not modelled",
+    )
     text_encoder = _encoder(text, "SigLIP text")
     vision_config = _vision_config(vision)
     vision_encoder = vision_config.encoder
     projection = field(text, "projection_size", int, text_encoder.width)
-    require(projection == vision_encoder.width,
-            f"SigLIP text projection_size {projection} differs from the image embedding's width "
-            f"{vision_encoder.width}")  # fmt: skip
+    require(
+        projection == vision_encoder.width,
+        f"SigLIP text projection_size {projection} differs from the image embedding's width "
+        f"{vision_encoder.width}",
+    )
     return SiglipConfig(
         text=SiglipTextConfig(
             encoder=text_encoder,
@@ -224,9 +250,13 @@ def export(model: Model, path: Path) -> None:
     """Writes `model` as an HF directory that `transformers` loads with identical outputs."""
     c = model.config
     if isinstance(c, SiglipClassifierConfig):
-        hf = {"model_type": MODEL_TYPE, "architectures": [CLASSIFIER], "text_config": {},
-              "vision_config": _vision_hf(c.vision, use_head=False),
-              **label_fields(c.num_labels)}  # fmt: skip
+        hf = {
+            "model_type": MODEL_TYPE,
+            "architectures": [CLASSIFIER],
+            "text_config": {},
+            "vision_config": _vision_hf(c.vision, use_head=False),
+            **label_fields(c.num_labels),
+        }
         write_hf(path, hf, to_hf_tensors(classifier_rules(c), model.params))
         return
     if not isinstance(c, SiglipConfig):

@@ -33,11 +33,22 @@ from hydra_jax.models import Model, ViTConfig
 from hydra_jax.models.encoder import ACTIVATIONS
 
 HANDLED = (
-    "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-    "hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps", "image_size",
-    "patch_size", "num_channels", "qkv_bias", "encoder_stride", "pooler_output_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "layer_norm_eps",
+    "image_size",
+    "patch_size",
+    "num_channels",
+    "qkv_bias",
+    "encoder_stride",
+    "pooler_output_size",
     "pooler_act",
-)  # fmt: skip
+)
 # `encoder_stride` only configures ViTForMaskedImageModeling's decoder, which we do not model.
 
 IGNORED = ()
@@ -84,8 +95,10 @@ def rules_for(config: ViTConfig) -> list[Rule]:
 
 def config_from_hf(hf: dict[str, Any], has_pooler: bool, distilled_head: bool = False) -> ViTConfig:
     model_type = field(hf, "model_type", str, "vit")  # (a dual encoder's vision config omits it)
-    require(model_type in FAMILIES, f"ViT-named model_type {model_type!r} is not one of "
-            f"{sorted(FAMILIES)}")  # fmt: skip
+    require(
+        model_type in FAMILIES,
+        f"ViT-named model_type {model_type!r} is not one of {sorted(FAMILIES)}",
+    )
     check_fields(hf, HANDLED, FAMILIES[model_type][0])
     D = field(hf, "hidden_size", int)
     pooler_size = field(hf, "pooler_output_size", int, D)
@@ -112,15 +125,20 @@ def config_from_hf(hf: dict[str, Any], has_pooler: bool, distilled_head: bool = 
 
 def load(hf: dict[str, Any], tensors: dict[str, Any]) -> Model:
     tensors = strip_prefix(tensors, FAMILIES[hf["model_type"]][1])
-    config = config_from_hf(hf, has_pooler="pooler.dense.weight" in tensors,
-                            distilled_head="cls_classifier.weight" in tensors)  # fmt: skip
+    config = config_from_hf(
+        hf,
+        has_pooler="pooler.dense.weight" in tensors,
+        distilled_head="cls_classifier.weight" in tensors,
+    )
     return load_model(config, rules_for(config), tensors, IGNORED)
 
 
 def hf_config(c: ViTConfig) -> dict[str, Any]:
     """The HF `config.json` fields of `c` (inverse of `config_from_hf`)."""
-    require(c.projection_dim == 0, "a ViT vision tower's projection belongs to its dual encoder; "
-            "export the dual encoder")  # fmt: skip
+    require(
+        c.projection_dim == 0,
+        "a ViT vision tower's projection belongs to its dual encoder; export the dual encoder",
+    )
     e, stem = c.encoder, FAMILIES[c.model_type][0]
     classifier = f"{stem}ForImageClassification" + ("WithTeacher" if c.distilled_head else "")
     return {

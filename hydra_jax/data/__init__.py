@@ -24,9 +24,13 @@ from hydra_jax.data.images import ImageSet, image_set, to_pixels
 from hydra_jax.data.sources import default_data_dir
 from hydra_jax.data.text import TextEncoder, TokenizedSet, pad_batch, random_tokens
 
-_LAZY = {"Sentences": "sentences", "load": "sentences",
-         "prepare": "sentences", "load_images": "image_builder",
-         "prepare_images": "image_builder"}  # fmt: skip
+_LAZY = {
+    "Sentences": "sentences",
+    "load": "sentences",
+    "prepare": "sentences",
+    "load_images": "image_builder",
+    "prepare_images": "image_builder",
+}
 NUM_CLASSES = {"movie_reviews": 2, "fashion_mnist": 10}  # classes of each in-distribution set
 
 

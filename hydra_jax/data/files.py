@@ -117,8 +117,12 @@ class RawSplit:
 # ----------------------------------------------------------------------------- reading
 
 
-def read(source: Source | str, columns: Columns = Columns(), data_dir: Path | None = None,
-         labelled: bool = True) -> RawSplit:  # fmt: skip
+def read(
+    source: Source | str,
+    columns: Columns = Columns(),
+    data_dir: Path | None = None,
+    labelled: bool = True,
+) -> RawSplit:
     """The examples of `source`; with `labelled`, its labels are required.
 
     Raises:
@@ -301,8 +305,10 @@ def _as_image(image: np.ndarray, origin: str) -> np.ndarray:
     if image.ndim == 3 and image.shape[-1] == 1:
         image = image[..., 0]
     if image.dtype != np.uint8 or image.ndim not in (2, 3):
-        raise DataError(f"{origin}: an image must be uint8 [H, W] or [H, W, C], got "
-                        f"{image.dtype} {list(image.shape)}")  # fmt: skip
+        raise DataError(
+            f"{origin}: an image must be uint8 [H, W] or [H, W, C], got "
+            f"{image.dtype} {list(image.shape)}"
+        )
     return image
 
 
@@ -320,8 +326,12 @@ class ClassNames:
     names: tuple[str, ...]
 
     @classmethod
-    def build(cls, train_labels: Sequence[Any], id2label: dict[int, str] | None = None,
-              origin: str = "the training split") -> ClassNames:  # fmt: skip
+    def build(
+        cls,
+        train_labels: Sequence[Any],
+        id2label: dict[int, str] | None = None,
+        origin: str = "the training split",
+    ) -> ClassNames:
         """From the checkpoint's classifier (`id2label`) where it has one, else from the
         training split: its sorted names, or, for integer labels, `0 .. max`."""
         if id2label:
@@ -343,12 +353,16 @@ class ClassNames:
                 continue
             number = _as_int(value)
             if number is None:
-                raise DataError(f"{origin}: row {row + 1} has label {value!r}, not one of the "
-                                f"{len(self.names)} classes {list(self.names)}")  # fmt: skip
+                raise DataError(
+                    f"{origin}: row {row + 1} has label {value!r}, not one of the "
+                    f"{len(self.names)} classes {list(self.names)}"
+                )
             C = len(self.names)
             if not 0 <= number < C:
-                raise DataError(f"{origin}: row {row + 1} has label {number}, outside the "
-                                f"classifier's {C} classes 0..{C - 1}")  # fmt: skip
+                raise DataError(
+                    f"{origin}: row {row + 1} has label {number}, outside the "
+                    f"classifier's {C} classes 0..{C - 1}"
+                )
             out[row] = number
         return out
 
@@ -359,8 +373,9 @@ def checkpoint_id2label(checkpoint: Path) -> dict[int, str] | None:
     config_file = Path(checkpoint) / "config.json"
     if not config_file.is_file():
         return None
-    id2label = {int(k): str(v) for k, v in json.loads(config_file.read_text()).get(
-        "id2label", {}).items()}  # fmt: skip
+    id2label = {
+        int(k): str(v) for k, v in json.loads(config_file.read_text()).get("id2label", {}).items()
+    }
     if not id2label or all(v == f"LABEL_{k}" for k, v in id2label.items()):
         return None
     if sorted(id2label) != list(range(len(id2label))):
@@ -408,8 +423,10 @@ def pixels(images: Sequence[np.ndarray], checkpoint: Path, origin: str) -> np.nd
 
     checkpoint = Path(checkpoint)
     if not (checkpoint / "preprocessor_config.json").is_file():
-        raise DataError(f"{checkpoint} has no preprocessor_config.json: images need the image "
-                        "processor the checkpoint was trained with")  # fmt: skip
+        raise DataError(
+            f"{checkpoint} has no preprocessor_config.json: images need the image "
+            "processor the checkpoint was trained with"
+        )
     channels = _num_channels(checkpoint)
     processor = transformers.AutoImageProcessor.from_pretrained(checkpoint, local_files_only=True)
     shaped = []
@@ -418,14 +435,18 @@ def pixels(images: Sequence[np.ndarray], checkpoint: Path, origin: str) -> np.nd
             image = image[..., None]
         if image.shape[-1] != channels:
             if image.shape[-1] != 1:
-                raise DataError(f"{origin}: image {i} has {image.shape[-1]} channels; the model "
-                                f"takes {channels}")  # fmt: skip
+                raise DataError(
+                    f"{origin}: image {i} has {image.shape[-1]} channels; the model "
+                    f"takes {channels}"
+                )
             image = np.repeat(image, channels, axis=-1)
         shaped.append(image)
     if len({im.shape for im in shaped}) > 1 and not getattr(processor, "do_resize", False):
         sizes = sorted({im.shape[:2] for im in shaped})
-        raise DataError(f"{origin}: images of several sizes {sizes[:3]}... and the image "
-                        f"processor of {checkpoint} does not resize")  # fmt: skip
+        raise DataError(
+            f"{origin}: images of several sizes {sizes[:3]}... and the image "
+            f"processor of {checkpoint} does not resize"
+        )
     out = processor(shaped, return_tensors="np", input_data_format="channels_last")
     return np.asarray(out["pixel_values"], np.float32)
 

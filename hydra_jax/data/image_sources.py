@@ -44,10 +44,19 @@ WHEELS = {
 }
 # Natural photographs of scikit-image's samples (not drawings, charts or synthetic images).
 PHOTOS = (
-    "astronaut.png", "brick.png", "camera.png", "chelsea.png", "coffee.png", "coins.png",
-    "grass.png", "gravel.png", "hubble_deep_field.jpg", "moon.png", "motorcycle_left.png",
+    "astronaut.png",
+    "brick.png",
+    "camera.png",
+    "chelsea.png",
+    "coffee.png",
+    "coins.png",
+    "grass.png",
+    "gravel.png",
+    "hubble_deep_field.jpg",
+    "moon.png",
+    "motorcycle_left.png",
     "rocket.jpg",
-)  # fmt: skip
+)
 NUM_PATCHES = 5000
 
 

@@ -41,8 +41,9 @@ class ImageSet:
     def concat(self, other: Any) -> ImageSet:
         if not isinstance(other, ImageSet) or other.pixels.shape[1:] != self.pixels.shape[1:]:
             raise TypeError("only image sets of the same image shape concatenate")
-        return ImageSet(np.concatenate([self.pixels, other.pixels]),
-                        np.concatenate([self.labels, other.labels]))  # fmt: skip
+        return ImageSet(
+            np.concatenate([self.pixels, other.pixels]), np.concatenate([self.labels, other.labels])
+        )
 
     def batch(self, index: np.ndarray, batch_size: int | None = None, length: int = 0) -> Batch:
         del length  # every image has the same size

@@ -108,8 +108,9 @@ class Sentences:
         return len(self.texts)
 
     def take(self, index: np.ndarray) -> Sentences:
-        return Sentences([self.ids[i] for i in index], [self.texts[i] for i in index],
-                         self.labels[index])  # fmt: skip
+        return Sentences(
+            [self.ids[i] for i in index], [self.texts[i] for i in index], self.labels[index]
+        )
 
 
 def prepare(data_dir: Path | None = None) -> Path:

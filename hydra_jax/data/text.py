@@ -71,8 +71,10 @@ class TextEncoder:
         if len(pairs) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(pairs)} second texts")
         encodings = self.tokenizer.encode_batch(list(zip(texts, pairs, strict=True)))
-        return ([np.array(e.ids, np.int32) for e in encodings],
-                [np.array(e.type_ids, np.int32) for e in encodings])  # fmt: skip
+        return (
+            [np.array(e.ids, np.int32) for e in encodings],
+            [np.array(e.type_ids, np.int32) for e in encodings],
+        )
 
     def pad(self, texts: list[str], length: int = 0, exact: bool = False) -> dict[str, np.ndarray]:
         """`texts` as one padded batch (`pad_batch`): a tokenizer for `hj.zero_shot`. With

@@ -61,8 +61,9 @@ def batch_ensemble(
     every member computes `model`'s function.
     """
     _check_member(model, "batch_ensemble")
-    config = BatchEnsembleConfig(model.config, checks.count("num_members", num_members),
-                                 float(factor_std))  # fmt: skip
+    config = BatchEnsembleConfig(
+        model.config, checks.count("num_members", num_members), float(factor_std)
+    )
     return Model(config, _efficient.init_params(config, model.params, rng))
 
 
@@ -85,15 +86,15 @@ def lora_ensemble(
     """
     _check_member(model, "lora_ensemble")
     M = checks.count("num_members", num_members)
-    config = LoraEnsembleConfig(model.config, M, checks.count("rank", rank), float(alpha),
-                                tuple(targets))  # fmt: skip
+    config = LoraEnsembleConfig(
+        model.config, M, checks.count("rank", rank), float(alpha), tuple(targets)
+    )
     adapter_key, head_key = jax.random.split(rng)
     heads = None
     if num_labels is not None:
         fresh = [with_classifier(model, num_labels, k) for k in jax.random.split(head_key, M)]
         heads = [{k: v for k, v in m.params.items() if k in CLASSIFIER_PARAMS} for m in fresh]
-        config = LoraEnsembleConfig(fresh[0].config, M, config.rank, config.alpha,
-                                    config.targets)  # fmt: skip
+        config = LoraEnsembleConfig(fresh[0].config, M, config.rank, config.alpha, config.targets)
         model = fresh[0]
     return Model(config, _efficient.init_params(config, model.params, adapter_key, heads))
 
@@ -137,8 +138,10 @@ def trainable(model: Model) -> Callable[[tuple[str, ...]], bool]:
     if isinstance(model.config, PackedEnsembleConfig | MimoConfig):
         return lambda path: True
     if not isinstance(model.config, BatchEnsembleConfig | LoraEnsembleConfig):
-        raise TypeError(f"trainable takes a BatchEnsemble, LoRA-Ensemble, Packed-Ensemble or MIMO, "
-                        f"not {type(model.config).__name__}")  # fmt: skip
+        raise TypeError(
+            f"trainable takes a BatchEnsemble, LoRA-Ensemble, Packed-Ensemble or MIMO, "
+            f"not {type(model.config).__name__}"
+        )
     return _efficient.trainable(model.config)
 
 

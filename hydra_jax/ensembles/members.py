@@ -92,8 +92,12 @@ def circuit_head_sets(
 
 # What each strategy reads, per member: labelled calibration batches, or ID + OOD validation
 # batches (`UncertaintyBatches`) for the circuit search.
-STRATEGIES = {"taylor": "calibration", "circuit": "uncertainty", "hies": "calibration",
-              "stratified": "calibration"}  # fmt: skip
+STRATEGIES = {
+    "taylor": "calibration",
+    "circuit": "uncertainty",
+    "hies": "calibration",
+    "stratified": "calibration",
+}
 
 
 def heads_per_member(model: Model, num_members: int) -> int:
@@ -136,14 +140,17 @@ def head_sets(
     n = heads_per_member(model, num_members)
     data = calibration if STRATEGIES[strategy] == "calibration" else uncertainty
     if len(data) < num_members:
-        raise ValueError(f"strategy {strategy!r} needs {STRATEGIES[strategy]} data for each of "
-                         f"{num_members} members; {len(data)} given")  # fmt: skip
+        raise ValueError(
+            f"strategy {strategy!r} needs {STRATEGIES[strategy]} data for each of "
+            f"{num_members} members; {len(data)} given"
+        )
     if strategy == "taylor":
         return taylor_head_sets(model, calibration[:num_members], n)
     if strategy == "hies":
         if len(alphas) != num_members:
-            raise ValueError(f"hies needs one alpha per member: {num_members} members, "
-                             f"alphas {list(alphas)}")  # fmt: skip
+            raise ValueError(
+                f"hies needs one alpha per member: {num_members} members, alphas {list(alphas)}"
+            )
         return hies_head_sets(model, calibration[0], alphas, n)
     if strategy == "stratified":
         return stratified_head_sets(his_and_entropy(model, calibration[0])[0], num_members)

@@ -59,8 +59,9 @@ def predict(method: Method, data: Dataset, batch_size: int, progress: bool = Tru
     forward = jax.jit(method.forward)
     weights = place_params(method.weights, method.stacked)  # on the current mesh, if any
     out = None
-    batches = tqdm(eval_batches(data.lengths, batch_size), desc=method.name, leave=False,
-                   disable=not progress)  # fmt: skip
+    batches = tqdm(
+        eval_batches(data.lengths, batch_size), desc=method.name, leave=False, disable=not progress
+    )
 
     def dispatch(index: np.ndarray) -> jax.Array:
         return forward(weights, place_batch(data.batch(index, batch_size)))

@@ -60,8 +60,9 @@ def held_out_tables(methods: dict[str, Any], held_out: Sequence[str]) -> list[st
     ]
     for name, r in methods.items():
         m = r["zero_shot"]["misclassification"]
-        lines.append(f"| {name} | {100 * m['auroc']:.2f} | {100 * m['aupr']:.2f} "
-                     f"| {100 * m['fpr95']:.2f} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {100 * m['auroc']:.2f} | {100 * m['aupr']:.2f} | {100 * m['fpr95']:.2f} |"
+        )
     return lines
 
 
@@ -129,8 +130,11 @@ def shift_tables(methods: dict[str, Any]) -> list[str]:
     if not shifts:
         return []
     lines = ["", "## Dataset shift (the ID test set corrupted; CORRUPTION_SEVERITY)"]
-    for key, label, fmt in (("acc", "accuracy %", _pct), ("nll", "NLL", "{:.4f}".format),
-                            ("ece", "ECE %", _pct)):  # fmt: skip
+    for key, label, fmt in (
+        ("acc", "accuracy %", _pct),
+        ("nll", "NLL", "{:.4f}".format),
+        ("ece", "ECE %", _pct),
+    ):
         lines += ["", f"{label}:", "", "| method | " + " | ".join([*shifts, "mean"]) + " |"]
         lines += ["|---|" + "---|" * (len(shifts) + 1)]
         for name, r in methods.items():
@@ -154,8 +158,14 @@ def reliability_plot(path: Path, probs: np.ndarray, labels: np.ndarray, title: s
     r = metrics.reliability(confidence, correct)
     centres = (r["edges"][:-1] + r["edges"][1:]) / 2
     fig, ax = plt.subplots(figsize=(4, 4))
-    ax.bar(centres, np.nan_to_num(r["accuracy"]), width=1 / len(centres), edgecolor="k",
-           alpha=0.7, label="accuracy")  # fmt: skip
+    ax.bar(
+        centres,
+        np.nan_to_num(r["accuracy"]),
+        width=1 / len(centres),
+        edgecolor="k",
+        alpha=0.7,
+        label="accuracy",
+    )
     ax.plot([0, 1], [0, 1], "r--", label="perfect calibration")
     ax.set(xlabel="confidence", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1), title=title)
     ax.legend(loc="upper left")

@@ -64,10 +64,12 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, dict[str, tuple[fl
     for method in methods:
         rows = [headline(r["methods"][method]) for r in results]
         out[method] = {
-            k: (float(np.mean([row[k] for row in rows])),
-                float(np.std([row[k] for row in rows], ddof=1)) if len(rows) > 1 else 0.0)
+            k: (
+                float(np.mean([row[k] for row in rows])),
+                float(np.std([row[k] for row in rows], ddof=1)) if len(rows) > 1 else 0.0,
+            )
             for k in rows[0]
-        }  # fmt: skip
+        }
     return out
 
 
@@ -106,16 +108,26 @@ def markdown(
 ) -> str:
     columns = list(next(iter(summary.values())))
     lines = [f"# {title}", "", f"{len(workdirs)} study seeds: " + ", ".join(map(str, workdirs))]
-    lines += ["", "Mean +- std over seeds (OOD: MSP score, mean over the OOD sets; shift: mean "
-              "over every corruption and severity).", ""]  # fmt: skip
+    lines += [
+        "",
+        "Mean +- std over seeds (OOD: MSP score, mean over the OOD sets; shift: mean "
+        "over every corruption and severity).",
+        "",
+    ]
     lines += ["| method | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     for method, row in summary.items():
-        cells = [f"{mean:.2f} +- {std:.2f}" if "NLL" not in k else f"{mean:.4f} +- {std:.4f}"
-                 for k, (mean, std) in row.items()]  # fmt: skip
+        cells = [
+            f"{mean:.2f} +- {std:.2f}" if "NLL" not in k else f"{mean:.4f} +- {std:.4f}"
+            for k, (mean, std) in row.items()
+        ]
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     if differences:
-        lines += ["", "Mean OOD AUROC differences, paired bootstrap 95% intervals pooled over "
-                  "seeds (test examples redrawn within each seed):", ""]  # fmt: skip
+        lines += [
+            "",
+            "Mean OOD AUROC differences, paired bootstrap 95% intervals pooled over "
+            "seeds (test examples redrawn within each seed):",
+            "",
+        ]
         lines += ["| a - b | points | 95% interval |", "|---|---|---|"]
         for (a, b), d in differences.items():
             lines.append(

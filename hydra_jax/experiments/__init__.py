@@ -44,6 +44,16 @@ from hydra_jax.experiments import (  # noqa: E402
 )
 
 __all__ = [
-    "ablations", "analyses", "artefacts", "dual_encoder", "engine", "evaluators", "members",
-    "methods", "pruning", "study_data", "user_files", "workdir",
-]  # fmt: skip
+    "ablations",
+    "analyses",
+    "artefacts",
+    "dual_encoder",
+    "engine",
+    "evaluators",
+    "members",
+    "methods",
+    "pruning",
+    "study_data",
+    "user_files",
+    "workdir",
+]

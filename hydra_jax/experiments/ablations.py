@@ -40,8 +40,7 @@ HEAD_SETS_FILE = "ablation_head_sets.json"  # per row name M{M}_{strategy}: [M, 
 def overlap(sets: np.ndarray) -> float:
     """Mean over member pairs of |A & B| / |A | B| of their kept heads `[M, L, N]`."""
     pairs = list(itertools.combinations(range(len(sets)), 2))
-    return float(np.mean([(sets[a] & sets[b]).sum() / (sets[a] | sets[b]).sum()
-                          for a, b in pairs]))  # fmt: skip
+    return float(np.mean([(sets[a] & sets[b]).sum() / (sets[a] | sets[b]).sum() for a, b in pairs]))
 
 
 def row_name(size: int, strategy: str) -> str:
@@ -81,8 +80,9 @@ def check(context: Context) -> None:
             raise ValueError(f"ablations.{key} is empty")
     unknown = sorted(set(settings.strategies) - set(ensembles.STRATEGIES))
     if unknown:
-        raise ValueError(f"ablations.strategies: unknown {unknown}; known: "
-                         f"{', '.join(ensembles.STRATEGIES)}")  # fmt: skip
+        raise ValueError(
+            f"ablations.strategies: unknown {unknown}; known: {', '.join(ensembles.STRATEGIES)}"
+        )
     heads = context.single.config.encoder.num_heads[0]
     for M in settings.sizes:
         checks.count("ablations.sizes", M, minimum=2)  # overlap and disagreement need 2
@@ -108,22 +108,36 @@ def evaluate(context: Context) -> tuple[dict[str, Any], list[str]]:
             fine_tuned = [load_model(workdir.require(path, "saved member")) for path in saved]
             fused = ensembles.fuse(fine_tuned)
             methods = {
-                "per_member_mlp": Method("per_member_mlp", forwards.deep_ensemble(fine_tuned[0]),
-                                         forwards.stack(fine_tuned), stacked=True),
+                "per_member_mlp": Method(
+                    "per_member_mlp",
+                    forwards.deep_ensemble(fine_tuned[0]),
+                    forwards.stack(fine_tuned),
+                    stacked=True,
+                ),
                 "averaged_mlp": Method("averaged_mlp", logits_forward(fused), fused.params),
-            }  # fmt: skip
+            }
             for mlp, method in methods.items():
                 predictions = _predictions(method, test, ood, config.eval.batch_size)
                 result = method_metrics(predictions, list(ood), config.eval.num_bins)
-                rows.append({
-                    "size": M, "strategy": strategy, "mlp": mlp,
-                    "heads_per_member": int(sets[0, 0].sum()), "overlap": overlap(sets),
-                    **{k: result["id"][k] for k in ("acc", "nll", "ece", "disagreement",
-                                                    "mutual_information")},
-                    "ood_auroc": result["ood"]["mean"]["auroc"] if ood else None,
-                    **{k: v for k, v in cost(method, batch, 3).items()
-                       if k in ("params", "flops_per_example")},
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "size": M,
+                        "strategy": strategy,
+                        "mlp": mlp,
+                        "heads_per_member": int(sets[0, 0].sum()),
+                        "overlap": overlap(sets),
+                        **{
+                            k: result["id"][k]
+                            for k in ("acc", "nll", "ece", "disagreement", "mutual_information")
+                        },
+                        "ood_auroc": result["ood"]["mean"]["auroc"] if ood else None,
+                        **{
+                            k: v
+                            for k, v in cost(method, batch, 3).items()
+                            if k in ("params", "flops_per_example")
+                        },
+                    }
+                )
     if is_primary():  # several processes: one writes
         _plots(workdir / "plots", rows)
     return {"rows": rows}, section(rows)
@@ -179,11 +193,18 @@ def _plots(directory: Path, rows: list[dict]) -> None:
             for mlp in ("averaged_mlp", "per_member_mlp"):
                 if only and mlp != only:
                     continue
-                points = sorted((r["size"], r[key]) for r in rows
-                                if r["strategy"] == strategy and r["mlp"] == mlp)  # fmt: skip
+                points = sorted(
+                    (r["size"], r[key])
+                    for r in rows
+                    if r["strategy"] == strategy and r["mlp"] == mlp
+                )
                 style = "-" if mlp == "averaged_mlp" else "--"
-                ax.plot(*zip(*points, strict=True), style, marker="o",
-                        label=f"{strategy}, {mlp.replace('_', ' ')}")  # fmt: skip
+                ax.plot(
+                    *zip(*points, strict=True),
+                    style,
+                    marker="o",
+                    label=f"{strategy}, {mlp.replace('_', ' ')}",
+                )
         ax.set(xlabel="ensemble size M", ylabel=label, title=name.replace("_", " "))
         ax.legend(fontsize=7)
         fig.tight_layout()

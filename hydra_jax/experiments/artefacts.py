@@ -62,9 +62,16 @@ def scratch_config(config: ml_collections.ConfigDict) -> ViTConfig:
 
 
 # What a checkpoint carries besides its weights: its tokenizer or image processor.
-PREPROCESSING_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                       "vocab.txt", "merges.txt", "vocab.json", "spm.model",
-                       "preprocessor_config.json")  # fmt: skip
+PREPROCESSING_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "merges.txt",
+    "vocab.json",
+    "spm.model",
+    "preprocessor_config.json",
+)
 
 
 def publish(

@@ -50,10 +50,12 @@ def initialize_distributed() -> None:
         return
     timeout = _TIMEOUT.value
     jax.distributed.initialize(
-        coordinator_address=address, num_processes=_NUM_PROCESSES.value,
-        process_id=_PROCESS_ID.value, initialization_timeout=timeout,
+        coordinator_address=address,
+        num_processes=_NUM_PROCESSES.value,
+        process_id=_PROCESS_ID.value,
+        initialization_timeout=timeout,
         shutdown_timeout_seconds=timeout,
-    )  # fmt: skip
+    )
 
 
 def _config_argument(argv: Sequence[str]) -> str | None:

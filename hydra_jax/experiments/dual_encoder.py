@@ -35,8 +35,9 @@ def initial_model(config: ml_collections.ConfigDict) -> Model:
     """A random ViT and projections beside the checkpoint's text tower (its pooler included)."""
     text = artefacts.base_model(config)
     vision = dataclasses.replace(artefacts.scratch_config(config), pooler=True, num_labels=0)
-    dual = DualEncoderConfig(vision, dataclasses.replace(text.config, num_labels=0),
-                             config.projection_dim)  # fmt: skip
+    dual = DualEncoderConfig(
+        vision, dataclasses.replace(text.config, num_labels=0), config.projection_dim
+    )
     fresh = Model.init(dual, jax.random.key(training_seed(config, 0)))
     return Model(dual, {**fresh.params, "text_model": text.params})
 
@@ -51,9 +52,11 @@ def text_features(
 
 
 def train(
-    config: ml_collections.ConfigDict, workdir: Workdir, train_set: Dataset,
+    config: ml_collections.ConfigDict,
+    workdir: Workdir,
+    train_set: Dataset,
     classes: Sequence[str],
-) -> Path:  # fmt: skip
+) -> Path:
     """Trains the dual encoder on `train_set` against the captions of `classes` and publishes
     it (a finished one is kept: training resumes from its checkpoints otherwise)."""
     path = hf_dir(workdir.path)
@@ -65,10 +68,16 @@ def train(
             model, study_data.text_encoder(config), classes, config.zero_shot.templates
         )
         settings = TrainSettings(**config.train.to_dict(), seed=training_seed(config, 0))
-        trained = fit(model, train_set, settings, workdir / "training",
-                      loss=locked_text_contrastive_loss(model, features),
-                      trainable=lambda p: p[0] != "text_model")  # fmt: skip
+        trained = fit(
+            model,
+            train_set,
+            settings,
+            workdir / "training",
+            loss=locked_text_contrastive_loss(model, features),
+            trainable=lambda p: p[0] != "text_model",
+        )
         # The text tower's own tokenizer travels with it, and our images' processor.
-        artefacts.publish(trained, path, our_pixels=True,
-                          files_from=study_data.checkpoint_dir(config))  # fmt: skip
+        artefacts.publish(
+            trained, path, our_pixels=True, files_from=study_data.checkpoint_dir(config)
+        )
     return path

@@ -106,14 +106,23 @@ def load_data(config: ml_collections.ConfigDict, model: Model | None = None) -> 
         user = user_files.load(config)
         if model is not None and user.encoder is not None:
             study_data.check_vocabulary(user.encoder, model, Path(config.model))
-        data = Data(user.study, len(user.classes.names), lambda: user.validation,
-                    lambda: user.ood_validation, user.classes, user.encoder)  # fmt: skip
+        data = Data(
+            user.study,
+            len(user.classes.names),
+            lambda: user.validation,
+            lambda: user.ood_validation,
+            user.classes,
+            user.encoder,
+        )
     else:
         names = study_data.CLASS_NAMES.get(config.data.id_set)
-        data = Data(study_data.load_data(config, model), study_data.num_classes(config),
-                    functools.cache(functools.partial(study_data.id_validation, config)),
-                    functools.cache(functools.partial(study_data.ood_validation, config)),
-                    ClassNames(names) if names else None)  # fmt: skip
+        data = Data(
+            study_data.load_data(config, model),
+            study_data.num_classes(config),
+            functools.cache(functools.partial(study_data.id_validation, config)),
+            functools.cache(functools.partial(study_data.ood_validation, config)),
+            ClassNames(names) if names else None,
+        )
     held = held_out(config, data)
     return seen_only(data, np.array(list(held.values()), int)) if held else data
 
@@ -128,8 +137,9 @@ def held_out(config: ml_collections.ConfigDict, data: Data) -> dict[str, int]:
     known = data.classes.names if data.classes else ()
     unknown = sorted(set(names) - set(known))
     if unknown:
-        raise DataError(f"zero_shot.held_out names unknown classes {unknown}; "
-                        f"classes: {list(known)}")  # fmt: skip
+        raise DataError(
+            f"zero_shot.held_out names unknown classes {unknown}; classes: {list(known)}"
+        )
     return {name: known.index(name) for name in names}
 
 
@@ -156,8 +166,9 @@ def checkpoint(config: ml_collections.ConfigDict) -> Path | None:
         return None
     if from_files(config):
         if not model:
-            raise ValueError("config.model is not set: give a local HF directory, "
-                             "--config.model=DIR")  # fmt: skip
+            raise ValueError(
+                "config.model is not set: give a local HF directory, --config.model=DIR"
+            )
         return Path(model)
     return study_data.checkpoint_dir(config)
 
@@ -212,9 +223,19 @@ class Plan:
         efficient = [n for n in names if n in SINGLE_PASS] if trains_members else []
         for kind in efficient:
             members.efficient_settings(config, kind)
-        return cls(names, strategies, analyses, efficient, base, members_config, trains_members,
-                   zero_shot_enabled(config), TrainSettings(**train), hydra_settings,
-                   fused_settings)  # fmt: skip
+        return cls(
+            names,
+            strategies,
+            analyses,
+            efficient,
+            base,
+            members_config,
+            trains_members,
+            zero_shot_enabled(config),
+            TrainSettings(**train),
+            hydra_settings,
+            fused_settings,
+        )
 
 
 def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[str], list[str]]:
@@ -225,19 +246,25 @@ def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[str], list
         trains in a zero-shot study; HIES alphas that are not one per member.
     """
     if "experiment" in config:
-        raise ValueError("config.experiment is gone: every study runs on the study engine. "
-                         "Name its rows in config.methods and its other work in "
-                         f"config.analyses ({', '.join(ANALYSES)})")  # fmt: skip
+        raise ValueError(
+            "config.experiment is gone: every study runs on the study engine. "
+            "Name its rows in config.methods and its other work in "
+            f"config.analyses ({', '.join(ANALYSES)})"
+        )
     analyses = check_analyses(config.get("analyses", ()))
     names = methods.check_names(config.methods, empty=bool(analyses))
     strategies = methods.strategies(config)
     needs_training = [n for n in names if n not in ZERO_SHOT_METHODS]
     if zero_shot_enabled(config) and needs_training:
-        raise ValueError(f"zero_shot.enabled trains no classifier, so {needs_training} cannot "
-                         "run; zero-shot methods: single, pruned_S, hydra_S")  # fmt: skip
+        raise ValueError(
+            f"zero_shot.enabled trains no classifier, so {needs_training} cannot "
+            "run; zero-shot methods: single, pruned_S, hydra_S"
+        )
     if "hies" in strategies and len(config.hies_alphas) != config.num_members:
-        raise ValueError(f"config.hies_alphas has {len(config.hies_alphas)} alphas for "
-                         f"{config.num_members} members: give one per member")  # fmt: skip
+        raise ValueError(
+            f"config.hies_alphas has {len(config.hies_alphas)} alphas for "
+            f"{config.num_members} members: give one per member"
+        )
     trains_here = not config.get("base_workdir")
     if trains_here and "packed_ensemble" in names and checkpoint(config) is None:  # a new ViT
         check_packed(config, artefacts.scratch_config(config))
@@ -248,7 +275,7 @@ def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[str], list
 
 def check_analyses_on(
     config: ml_collections.ConfigDict, workdir: Workdir, plan: Plan, single: Model, data: Data
-) -> None:  # fmt: skip
+) -> None:
     """Runs the `check` of every analysis of `plan` on member 0 (`single`)."""
     for name in plan.analyses:
         ANALYSES[name].check(Context(config, workdir, plan, single, data))
@@ -296,8 +323,10 @@ def check_classes(base: Model, config: ml_collections.ConfigDict, data: Data) ->
     own = getattr(base.config, "num_labels", 0)
     if own and own != data.num_classes:
         names = f": {list(data.classes.names)}" if data.classes else ""
-        raise DataError(f"the classifier of {checkpoint(config)} has {own} classes but "
-                        f"the data have {data.num_classes}{names}")  # fmt: skip
+        raise DataError(
+            f"the classifier of {checkpoint(config)} has {own} classes but "
+            f"the data have {data.num_classes}{names}"
+        )
 
 
 def check_zero_shot(config: ml_collections.ConfigDict, data: Data) -> None:
@@ -311,8 +340,10 @@ def check_zero_shot(config: ml_collections.ConfigDict, data: Data) -> None:
         raise DataError(f"zero-shot classifies images; {source} holds text")
     names = data.classes.names
     if all(name.isdigit() for name in names):
-        raise DataError(f"zero-shot prompts need class names, but {source} labels its classes "
-                        f"{list(names)}: use string labels or class folders")  # fmt: skip
+        raise DataError(
+            f"zero-shot prompts need class names, but {source} labels its classes "
+            f"{list(names)}: use string labels or class folders"
+        )
 
 
 def zero_shot_classifier(
@@ -327,8 +358,10 @@ def zero_shot_classifier(
     """
     table = architecture(model.config)
     if table.vision_tower is None:
-        raise DataError(f"zero_shot.enabled needs a dual encoder (CLIP, SigLIP, ViT-BERT); "
-                        f"{path} holds a {type(model.config).__name__}")  # fmt: skip
+        raise DataError(
+            f"zero_shot.enabled needs a dual encoder (CLIP, SigLIP, ViT-BERT); "
+            f"{path} holds a {type(model.config).__name__}"
+        )
     encoder = TextEncoder(path, config.data.max_tokens)
     fixed = table.prompt_length(model.config) if table.prompt_length else 0
 
@@ -409,24 +442,35 @@ def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[st
 
 
 def train_members(
-    config: ml_collections.ConfigDict, workdir: Workdir, plan: Plan, base: Model | None,
+    config: ml_collections.ConfigDict,
+    workdir: Workdir,
+    plan: Plan,
+    base: Model | None,
     data: Data,
-) -> list[Model]:  # fmt: skip
+) -> list[Model]:
     """Member m fine-tuned with training seed m of the study and published (`hf/member_M`)."""
     count = config.ensemble_size if "deep_ensemble" in plan.methods else 1
     files_from = checkpoint(config)
     return members.fit_classifiers(
-        workdir, data.study.train, plan.member_settings, members.member_seeds(config, count),
+        workdir,
+        data.study.train,
+        plan.member_settings,
+        members.member_seeds(config, count),
         initial=functools.partial(starting_point, base, config, data),
         publish=lambda model, path: artefacts.publish(
-            model, path, files_from=files_from, our_pixels=files_from is None),
-    )  # fmt: skip
+            model, path, files_from=files_from, our_pixels=files_from is None
+        ),
+    )
 
 
 def build_hydras(
-    config: ml_collections.ConfigDict, workdir: Workdir, plan: Plan, single: Model,
-    train_set: Dataset, validation: Callable[[], tuple[Dataset | None, Dataset | None]],
-) -> dict[str, list]:  # fmt: skip
+    config: ml_collections.ConfigDict,
+    workdir: Workdir,
+    plan: Plan,
+    single: Model,
+    train_set: Dataset,
+    validation: Callable[[], tuple[Dataset | None, Dataset | None]],
+) -> dict[str, list]:
     """Per strategy of `plan`: member head sets from `single` (calibrated on `train_set`; the
     circuit search on `validation()`), the members fine-tuned on `train_set` (zero-shot: pruned
     as they are), fused, saved with member 0 alone. Returns the head sets."""
@@ -459,9 +503,13 @@ def build_hydras(
 
 
 def train_efficient(
-    config: ml_collections.ConfigDict, workdir: Workdir, kind: str, base: Model | None,
-    single: Model, data: Data,
-) -> Model:  # fmt: skip
+    config: ml_collections.ConfigDict,
+    workdir: Workdir,
+    kind: str,
+    base: Model | None,
+    single: Model,
+    data: Data,
+) -> Model:
     """The single-pass ensemble `kind`, started where member 0 starts (a Packed-Ensemble and
     MIMO take only the architecture); a LoRA-Ensemble of a ViT trained from scratch adapts the
     trained member 0 (a frozen backbone must have learnt something), with a new head per
@@ -487,8 +535,9 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict
     workdir = Workdir.of(workdir)
     workdir.check(config)
     plan = Plan.of(config, workdir)
-    trained = methods.Trained(plan.workdir, plan.members_config, workdir,
-                              config.eval.get("dtype", "float32"))  # fmt: skip
+    trained = methods.Trained(
+        plan.workdir, plan.members_config, workdir, config.eval.get("dtype", "float32")
+    )
     with workdir.stage("load data"):
         to_evaluate = methods.build(plan.methods, trained) if plan.methods else []
         data = load_data(plan.members_config, trained.member(0))

@@ -72,18 +72,23 @@ def head_sets(
     size = config.eval.batch_size
     calibration, uncertainty = [], []
     if ensembles.STRATEGIES.get(strategy) == "calibration":
-        calibration = [labelled_batches(calibration_set, config.calibration_size, s, size)
-                       for s in seeds[:M]]  # fmt: skip
+        calibration = [
+            labelled_batches(calibration_set, config.calibration_size, s, size) for s in seeds[:M]
+        ]
     elif strategy == "circuit":
         if validation is None:
             raise ValueError("the circuit strategy needs ID and OOD validation sets")
         id_val, ood_val = validation()
         uncertainty = uncertainty_sets(id_val, ood_val, config.circuit.examples, seeds[:M], size)
     return ensembles.head_sets(
-        strategy, single, M, calibration=calibration, uncertainty=uncertainty,
-        alphas=config.get("hies_alphas", ()), objectives=config.get("circuit", {}).get(
-            "objectives", ()),
-    )  # fmt: skip
+        strategy,
+        single,
+        M,
+        calibration=calibration,
+        uncertainty=uncertainty,
+        alphas=config.get("hies_alphas", ()),
+        objectives=config.get("circuit", {}).get("objectives", ()),
+    )
 
 
 def fit_classifiers(
@@ -168,8 +173,9 @@ def efficient_ensemble(
     if kind == "mimo":
         return ensembles.mimo(model.config, M, key)
     targets = tuple(split_names(str(c.targets)))
-    return ensembles.lora_ensemble(model, M, key, c.rank, c.alpha, targets,
-                                   num_labels=fresh_heads or None)  # fmt: skip
+    return ensembles.lora_ensemble(
+        model, M, key, c.rank, c.alpha, targets, num_labels=fresh_heads or None
+    )
 
 
 def efficient_loss(config: ml_collections.ConfigDict, kind: str, ensemble: Model) -> Loss | None:
@@ -181,9 +187,13 @@ def efficient_loss(config: ml_collections.ConfigDict, kind: str, ensemble: Model
 
 
 def fit_efficient(
-    workdir: Workdir, kind: str, ensemble: Model, train: Dataset, settings: TrainSettings,
+    workdir: Workdir,
+    kind: str,
+    ensemble: Model,
+    train: Dataset,
+    settings: TrainSettings,
     loss: Loss | None = None,
-) -> Model:  # fmt: skip
+) -> Model:
     """`ensemble` trained on `train` with `loss` (resuming in `efficient_training/KIND`; a
     LoRA-Ensemble's backbone frozen) and saved to `efficient/KIND`; one an earlier run saved is
     loaded and keeps that run's time."""
@@ -193,7 +203,8 @@ def fit_efficient(
         if done:
             return load_model(path)
         directory = workdir / "efficient_training" / kind
-        ensemble = fit(ensemble, train, settings, directory, loss=loss,
-                       trainable=ensembles.trainable(ensemble))  # fmt: skip
+        ensemble = fit(
+            ensemble, train, settings, directory, loss=loss, trainable=ensembles.trainable(ensemble)
+        )
         save_model(ensemble, path)
     return ensemble

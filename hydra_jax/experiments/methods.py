@@ -61,8 +61,11 @@ class Trained:
         workdir = self.members if kind == "efficient" else self.hydras
         path = workdir / kind / strategy
         if not (path / CONFIG_FILE).is_file():
-            what = {"fused": "a fused Hydra of strategy", "pruned": "a pruned member of strategy",
-                    "efficient": "the ensemble"}[kind]  # fmt: skip
+            what = {
+                "fused": "a fused Hydra of strategy",
+                "pruned": "a pruned member of strategy",
+                "efficient": "the ensemble",
+            }[kind]
             raise WorkdirError(
                 f"{path} holds no {what} {strategy!r}: run train.py with a config whose methods "
                 f"or strategies name it, and --workdir {workdir}, first"

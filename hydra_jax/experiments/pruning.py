@@ -115,8 +115,9 @@ def check(context: Context) -> None:
             raise ValueError(f"pruning_curves.{key} is empty")
     unknown = sorted(set(settings.criteria) - set(CRITERIA))
     if unknown:
-        raise ValueError(f"pruning_curves.criteria: unknown {unknown}; "
-                         f"known: {', '.join(CRITERIA)}")  # fmt: skip
+        raise ValueError(
+            f"pruning_curves.criteria: unknown {unknown}; known: {', '.join(CRITERIA)}"
+        )
     for key, one_included in (("ratios", False), ("alphas", True)):
         bad = _not_fractions(settings[key], one_included)
         if bad:
@@ -128,8 +129,10 @@ def check(context: Context) -> None:
         for seed in settings.random_seeds:
             checks.count("pruning_curves.random_seeds", seed, minimum=0)
     if context.data.id_validation() is None:
-        raise ValueError(f"HIES's alpha is chosen on validation data, but the run in "
-                         f"{context.plan.workdir} has none (data.validation)")  # fmt: skip
+        raise ValueError(
+            f"HIES's alpha is chosen on validation data, but the run in "
+            f"{context.plan.workdir} has none (data.validation)"
+        )
 
 
 def _not_fractions(values: Any, one_included: bool) -> list:
@@ -217,8 +220,15 @@ def evaluate(context: Context) -> tuple[dict[str, Any], list[str]]:
     }
     if is_primary():  # several processes: one writes
         _plot_curves(workdir / "plots", settings, curves)
-        _plot_scores(workdir / "plots", {"HIS": his, "AE (entropy)": entropy, "L2": scores["l2"],
-                                         "HIES alpha=0.5": hies(his, entropy, 0.5)})  # fmt: skip
+        _plot_scores(
+            workdir / "plots",
+            {
+                "HIS": his,
+                "AE (entropy)": entropy,
+                "L2": scores["l2"],
+                "HIES alpha=0.5": hies(his, entropy, 0.5),
+            },
+        )
     return results, section(settings, results)
 
 

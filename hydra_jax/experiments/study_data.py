@@ -20,9 +20,19 @@ from hydra_jax.models.sharding import barrier, is_primary
 
 # The class names of the embedded sets that have them (label order), for zero-shot prompts.
 CLASS_NAMES = {
-    "fashion_mnist": ("t-shirt", "trouser", "pullover", "dress", "coat",
-                      "sandal", "shirt", "sneaker", "bag", "ankle boot"),
-}  # fmt: skip
+    "fashion_mnist": (
+        "t-shirt",
+        "trouser",
+        "pullover",
+        "dress",
+        "coat",
+        "sandal",
+        "shirt",
+        "sneaker",
+        "bag",
+        "ankle boot",
+    ),
+}
 
 
 def checkpoint_dir(config: ml_collections.ConfigDict) -> Path:
@@ -158,9 +168,10 @@ def load_data(config: ml_collections.ConfigDict, model: Model | None = None) -> 
     return StudyData(
         train=tokenized_split(config, d.id_set, "train", d.train_limit, encoder),
         test=tokenized_split(config, d.id_set, "test", d.eval_limit, encoder),
-        ood={name: tokenized_split(config, name, "test", ood_limit, encoder)
-             for name in d.ood_sets},
-    )  # fmt: skip
+        ood={
+            name: tokenized_split(config, name, "test", ood_limit, encoder) for name in d.ood_sets
+        },
+    )
 
 
 def id_validation(config: ml_collections.ConfigDict) -> Dataset:
@@ -171,8 +182,9 @@ def id_validation(config: ml_collections.ConfigDict) -> Dataset:
 def ood_validation(config: ml_collections.ConfigDict) -> Dataset:
     """The study's OOD validation splits, pooled."""
     encoder = None if is_images(config) else text_encoder(config)
-    return concat_all([load_split(config, n, "validation", encoder=encoder)
-                       for n in config.data.ood_sets])  # fmt: skip
+    return concat_all(
+        [load_split(config, n, "validation", encoder=encoder) for n in config.data.ood_sets]
+    )
 
 
 def validation_sets(config: ml_collections.ConfigDict) -> tuple[Dataset, Dataset]:

@@ -23,8 +23,10 @@ def named_specs(value: str, key: str) -> dict[str, str]:
     for item in split_names(str(value)):
         name, sep, spec = item.partition("=")
         if not sep or not name or not spec or name in out:
-            raise ValueError(f"{key}: {item!r} is not NAME=SPEC (names once each), e.g. "
-                             "news=jsonl:news.jsonl,photos=folder:photos/")  # fmt: skip
+            raise ValueError(
+                f"{key}: {item!r} is not NAME=SPEC (names once each), e.g. "
+                "news=jsonl:news.jsonl,photos=folder:photos/"
+            )
         out[name] = spec
     return out
 
@@ -53,13 +55,18 @@ def load(config: ml_collections.ConfigDict) -> UserData:
     data_dir = study_data.data_dir(config)
     needs_validation = "circuit" in methods.strategies(config)
     if needs_validation and not (d.validation and d.ood_validation):
-        raise ValueError("the circuit strategy searches on validation data: set "
-                         "data.validation and data.ood_validation")  # fmt: skip
+        raise ValueError(
+            "the circuit strategy searches on validation data: set "
+            "data.validation and data.ood_validation"
+        )
     for key in ("train", "test"):
         if not d[key]:
             raise ValueError(f"data.{key} is not set: give a source such as csv:{key}.csv")
-    labelled = {"train": d.train, "test": d.test, **({"validation": d.validation} if d.validation
-                                                    else {})}  # fmt: skip
+    labelled = {
+        "train": d.train,
+        "test": d.test,
+        **({"validation": d.validation} if d.validation else {}),
+    }
     raw = {key: files.read(spec, columns, data_dir) for key, spec in labelled.items()}
     ood_specs = named_specs(d.ood, "data.ood")
     ood_val_specs = named_specs(d.ood_validation, "data.ood_validation")
@@ -69,8 +76,9 @@ def load(config: ml_collections.ConfigDict) -> UserData:
     if len(set(kinds.values())) > 1:
         images = sorted(o for o, is_images in kinds.items() if is_images)
         raise DataError(f"text and images mixed in one study: images in {', '.join(images)}")
-    classes = ClassNames.build(raw["train"].labels, files.checkpoint_id2label(checkpoint),
-                               raw["train"].origin)  # fmt: skip
+    classes = ClassNames.build(
+        raw["train"].labels, files.checkpoint_id2label(checkpoint), raw["train"].origin
+    )
     for split in raw.values():  # every label checked before anything is preprocessed
         classes.encode(split.labels, split.origin)
     encoder = None if raw["train"].is_images else TextEncoder(checkpoint, d.max_tokens)
@@ -78,11 +86,14 @@ def load(config: ml_collections.ConfigDict) -> UserData:
     def prepare(split: files.RawSplit, limit: int, labels: bool = True) -> Dataset:
         if limit and limit < len(split):
             index = np.sort(np.random.default_rng(0).permutation(len(split))[:limit])
-            split = dataclasses.replace(split, **{
-                f.name: [getattr(split, f.name)[i] for i in index]
-                for f in dataclasses.fields(split)
-                if f.name != "origin" and getattr(split, f.name) is not None
-            })  # fmt: skip
+            split = dataclasses.replace(
+                split,
+                **{
+                    f.name: [getattr(split, f.name)[i] for i in index]
+                    for f in dataclasses.fields(split)
+                    if f.name != "origin" and getattr(split, f.name) is not None
+                },
+            )
         return files.to_dataset(split, checkpoint, classes if labels else None, encoder)
 
     ood_limit = min((n for n in (d.eval_limit, d.ood_limit) if n), default=0)

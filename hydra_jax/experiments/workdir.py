@@ -41,8 +41,12 @@ ANALYSIS_SETTINGS = ("pruning_curves.", "ablations.", "calibration_seed")
 SINGLE_PASS = ("batch_ensemble", "lora_ensemble", "packed_ensemble", "mimo")
 # Keys renamed so that a setting has one spelling in every study: a recorded config's old key is
 # read as the new one.
-RENAMED_KEYS = {"eval_batch_size": "eval.batch_size", "ood_limit": "data.ood_limit",
-                "train_limit": "data.train_limit", "eval_limit": "data.eval_limit"}  # fmt: skip
+RENAMED_KEYS = {
+    "eval_batch_size": "eval.batch_size",
+    "ood_limit": "data.ood_limit",
+    "train_limit": "data.train_limit",
+    "eval_limit": "data.eval_limit",
+}
 # The studies that became configs of the study engine: a recorded config's `experiment` (gone)
 # names its kind; a kind's settings that moved are read under their new keys, and the keys
 # that now say what the study does are read with the values that reproduce it.
@@ -69,13 +73,31 @@ RESULTS_FILE, REPORT_FILE = "results.json", "report.md"
 # checked before a workdir is claimed: a bad value recorded there would make the corrected
 # config conflict with the workdir.
 COUNTS = {
-    **dict.fromkeys(["eval.batch_size", "eval.num_bins", "eval.latency_batch",
-                     "eval.latency_tokens", "eval.latency_repeats",
-                     "ensemble_size", "mc_dropout_samples", "num_members", "calibration_size"], 1),
-    **dict.fromkeys(["data.train_limit", "data.eval_limit", "data.ood_limit", "data.shift_limit",
-                     ], 0),  # 0: the whole split
+    **dict.fromkeys(
+        [
+            "eval.batch_size",
+            "eval.num_bins",
+            "eval.latency_batch",
+            "eval.latency_tokens",
+            "eval.latency_repeats",
+            "ensemble_size",
+            "mc_dropout_samples",
+            "num_members",
+            "calibration_size",
+        ],
+        1,
+    ),
+    **dict.fromkeys(
+        [
+            "data.train_limit",
+            "data.eval_limit",
+            "data.ood_limit",
+            "data.shift_limit",
+        ],
+        0,
+    ),  # 0: the whole split
     "data.max_tokens": MIN_TOKENS,  # [CLS], a token, [SEP]
-}  # fmt: skip
+}
 
 
 class WorkdirError(ValueError):

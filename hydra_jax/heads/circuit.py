@@ -78,8 +78,9 @@ class CircuitSearch:
             return s if x is None else s.replace_hidden(x)
 
         def advance(params, batch, x, mask, l):  # the hidden state entering layer l + 1
-            return model.encode(params, stem(params, batch, x), head_mask=mask,
-                                layers=(l, l + 1))[0]  # fmt: skip
+            return model.encode(params, stem(params, batch, x), head_mask=mask, layers=(l, l + 1))[
+                0
+            ]
 
         def suffix(params, batch, x, mask, l):  # logits [B, C] from the input of layer l
             s = stem(params, batch, x)

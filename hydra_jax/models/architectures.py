@@ -180,8 +180,10 @@ def _bert_head(c: BertConfig, num_labels: int, key: jax.Array) -> dict[str, Any]
         if not c.pooler:
             raise ValueError("a BERT sequence classifier reads the pooler, which this model lacks")
         return {"classifier": _dense(key, D, num_labels)}
-    return {"classifier": _dense(key, D, num_labels),
-            "pre_classifier": _dense(jax.random.fold_in(key, 1), D, D)}  # fmt: skip
+    return {
+        "classifier": _dense(key, D, num_labels),
+        "pre_classifier": _dense(jax.random.fold_in(key, 1), D, D),
+    }
 
 
 def _modernbert_head(c: ModernBertConfig, num_labels: int, key: jax.Array) -> dict[str, Any]:
@@ -367,8 +369,15 @@ ARCHITECTURES: dict[type, Architecture] = {
 }
 PASSIVE_INPUTS = ("labels",)
 # Top-level weights of a classifier head, in every family (`with_classifier` replaces them).
-CLASSIFIER_PARAMS = ("pre_classifier", "classifier", "head_norm", "distillation_classifier",
-                     "class_embeds", "logit_scale", "logit_bias")  # fmt: skip
+CLASSIFIER_PARAMS = (
+    "pre_classifier",
+    "classifier",
+    "head_norm",
+    "distillation_classifier",
+    "class_embeds",
+    "logit_scale",
+    "logit_bias",
+)
 
 
 def architecture(config: ArchConfig) -> Architecture:

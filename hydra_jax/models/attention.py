@@ -181,8 +181,9 @@ class Attention(nn.Module):
 
         def projection(name: str) -> nn.DenseGeneral:
             init, dtype = _kernel_init, self.dtype
-            return nn.DenseGeneral((N, K), use_bias=self.qkv_bias, kernel_init=init, dtype=dtype,
-                                   name=name)  # fmt: skip
+            return nn.DenseGeneral(
+                (N, K), use_bias=self.qkv_bias, kernel_init=init, dtype=dtype, name=name
+            )
 
         # Head-major [B, N, T, K] operands make both attention products plain batched matmuls,
         # and scaling q (not the [B, N, T, S] scores) keeps XLA:CPU from materialising the scale
@@ -202,9 +203,9 @@ class Attention(nn.Module):
         if self.relative is not None:
             if distances is None:
                 raise ValueError("relative attention needs the stack's distance embeddings")
-            terms.append(self._disentangled(
-                q, k, distances, projections, projection, divisor, deterministic
-            ))  # fmt: skip
+            terms.append(
+                self._disentangled(q, k, distances, projections, projection, divisor, deterministic)
+            )
         dropout = nn.Dropout(self.dropout)
         blocks = [
             self._attend(q[:, :, a:b], k, v, [rows(t, a, b) for t in terms], dropout, deterministic)
@@ -245,8 +246,10 @@ class Attention(nn.Module):
         unnormalised = jnp.exp(logits - peak)  # [B, N, R, S]
         total = unnormalised.sum(axis=-1, keepdims=True)  # [B, N, R, 1]
         dropped = dropout(unnormalised, deterministic=deterministic)
-        context = jnp.einsum("BNTS,BNSK->BNTK", dropped.astype(v.dtype), v,
-                             preferred_element_type=wide_t) / total  # fmt: skip
+        context = (
+            jnp.einsum("BNTS,BNSK->BNTK", dropped.astype(v.dtype), v, preferred_element_type=wide_t)
+            / total
+        )
         return context, unnormalised / total
 
     def _disentangled(

@@ -43,8 +43,12 @@ def paired_output(
     """A dual encoder's outputs from whichever towers ran (normalised embeddings `[B, E]`), with
     `logits_per_text` `[B_text, B_image]` = `exp(logit_scale) * text @ image^T` (`+ logit_bias`:
     SigLIP) when both did."""
-    out = CLIPOutput(text_embeds=text_embeds, image_embeds=image_embeds,
-                     text_model_output=text, vision_model_output=vision)  # fmt: skip
+    out = CLIPOutput(
+        text_embeds=text_embeds,
+        image_embeds=image_embeds,
+        text_model_output=text,
+        vision_model_output=vision,
+    )
     if text_embeds is None or image_embeds is None:
         return out
     logits_per_text = text_embeds @ image_embeds.T * jnp.exp(logit_scale)

@@ -278,8 +278,9 @@ class ViTConfig:
         if self.projection_dim and not self.pooler:
             raise ValueError("a ViT vision tower (projection_dim > 0) projects the pooler output")
         if self.distilled_head and not (self.distillation_token and self.num_labels):
-            raise ValueError("a distilled head reads the distillation token: it needs one, and "
-                             "a classifier")  # fmt: skip
+            raise ValueError(
+                "a distilled head reads the distillation token: it needs one, and a classifier"
+            )
 
     @property
     def dinov2(self) -> bool:
@@ -538,19 +539,28 @@ class MimoConfig:
     def __post_init__(self) -> None:
         checks.count("num_members", self.num_members)
         if not isinstance(self.member, ViTConfig):
-            raise TypeError(f"MIMO takes an image classifier (ViT, DeiT, DINOv2), "
-                            f"not {type(self.member).__name__}")  # fmt: skip
+            raise TypeError(
+                f"MIMO takes an image classifier (ViT, DeiT, DINOv2), "
+                f"not {type(self.member).__name__}"
+            )
         if self.member.num_labels < 1 or self.member.projection_dim:
-            raise ValueError("MIMO takes an image classifier: a member config with num_labels "
-                             "and no zero-shot projection")  # fmt: skip
+            raise ValueError(
+                "MIMO takes an image classifier: a member config with num_labels "
+                "and no zero-shot projection"
+            )
 
 
 # Several members of one architecture run as one network: each has `member` and `num_members`.
 EnsembleConfig = (
     HydraConfig | BatchEnsembleConfig | LoraEnsembleConfig | PackedEnsembleConfig | MimoConfig
 )
-ENSEMBLE_CONFIGS = (HydraConfig, BatchEnsembleConfig, LoraEnsembleConfig, PackedEnsembleConfig,
-                    MimoConfig)  # fmt: skip
+ENSEMBLE_CONFIGS = (
+    HydraConfig,
+    BatchEnsembleConfig,
+    LoraEnsembleConfig,
+    PackedEnsembleConfig,
+    MimoConfig,
+)
 
 
 ArchConfig = (

@@ -44,8 +44,9 @@ class DualEncoder(nn.Module):
         options = dict(output_attentions=output_attentions, deterministic=deterministic)
         text = vision = text_embeds = image_embeds = None
         if input_ids is not None:
-            text = text_model(input_ids, attention_mask, token_type_ids, head_mask=text_head_mask,
-                              **options)  # fmt: skip
+            text = text_model(
+                input_ids, attention_mask, token_type_ids, head_mask=text_head_mask, **options
+            )
             text_embeds = normalise(text_projection(wide(text.pooler_output)))  # [B_text, E]
         if pixel_values is not None:
             vision = vision_model(pixel_values, head_mask=vision_head_mask, **options)

@@ -105,8 +105,9 @@ class Mlp(nn.Module):
 
 
 def mlp_block(c: EncoderConfig, name: str | None = None) -> Mlp:
-    return Mlp(c.mlp_dim, c.width, c.activation, compute_dtype(c), c.mlp_bias, c.gated_mlp,
-               name=name)  # fmt: skip
+    return Mlp(
+        c.mlp_dim, c.width, c.activation, compute_dtype(c), c.mlp_bias, c.gated_mlp, name=name
+    )
 
 
 def layer_norm(c: EncoderConfig, name: str | None = None) -> LayerNorm:
@@ -138,9 +139,19 @@ def attention_block(
     c: EncoderConfig, layer: int, num_heads: int, name: str | None = None
 ) -> Attention:
     """Layer `layer`'s attention module as the stack's config describes it (encoder, fusion)."""
-    return Attention(num_heads, c.head_dim, c.width, c.qkv_bias, c.attention_dropout,
-                     compute_dtype(c), c.relative, c.dropout, c.out_bias,
-                     c.rotary[layer] if c.rotary else 0.0, name=name)  # fmt: skip
+    return Attention(
+        num_heads,
+        c.head_dim,
+        c.width,
+        c.qkv_bias,
+        c.attention_dropout,
+        compute_dtype(c),
+        c.relative,
+        c.dropout,
+        c.out_bias,
+        c.rotary[layer] if c.rotary else 0.0,
+        name=name,
+    )
 
 
 def layer_bias(c: EncoderConfig, layer: int, bias: jax.Array | None, T: int) -> jax.Array | None:
@@ -230,8 +241,12 @@ class Encoder(nn.Module):
         start, stop = layers or (0, c.num_layers)
         distances = None
         if c.relative is not None:  # DeBERTa: one distance table for every layer
-            table = self.param("rel_embeddings", nn.initializers.normal(0.02),
-                               (2 * c.relative.span, c.width), jnp.float32)  # fmt: skip
+            table = self.param(
+                "rel_embeddings",
+                nn.initializers.normal(0.02),
+                (2 * c.relative.span, c.width),
+                jnp.float32,
+            )
             norm = LayerNorm(c.layer_norm_eps, name="rel_norm") if c.relative.norm else None
             distances = table if norm is None else norm(table)  # as `distance_embeddings`
         attentions = []

@@ -198,8 +198,9 @@ def apply(
         rngs = None if key is None else {"dropout": key}
         method = getattr(type(family), name)
         variables = {"params": _merge(shared, own)}
-        return family.apply(variables, *args, method=method, rngs=rngs,
-                            deterministic=rng is None, **kwargs)  # fmt: skip
+        return family.apply(
+            variables, *args, method=method, rngs=rngs, deterministic=rng is None, **kwargs
+        )
 
     embed = lambda own, key, inp: stage("embed", own, key, **inp)  # noqa: E731
     # Inputs replicated per member: each member's embedding norm then reduces a [M, B, T, D]

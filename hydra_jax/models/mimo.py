@@ -62,8 +62,9 @@ def apply_members(
     hidden states are the one network's (`[B, T, D]`)."""
     expected = (config.num_members, config.member.num_channels)
     if pixel_values.ndim != 5 or pixel_values.shape[1:3] != expected:
-        raise ValueError(f"pixel_values {pixel_values.shape}: expected [B, {expected[0]}, "
-                         f"{expected[1]}, H, W]")  # fmt: skip
+        raise ValueError(
+            f"pixel_values {pixel_values.shape}: expected [B, {expected[0]}, {expected[1]}, H, W]"
+        )
     B, M, C, H, W = pixel_values.shape
     stacked = pixel_values.reshape(B, M * C, H, W)  # member m's channels: m C .. (m + 1) C
     return _member_logits(config, _run(network(config), params, stacked, rng))
@@ -92,9 +93,12 @@ def check_settings(repetitions: int, input_repetition: float, prefix: str = "") 
 
 
 def member_indices(
-    key: jax.Array, batch_size: int, num_members: int, repetitions: int = 1,
+    key: jax.Array,
+    batch_size: int,
+    num_members: int,
+    repetitions: int = 1,
     input_repetition: float = 0.0,
-) -> jax.Array:  # fmt: skip
+) -> jax.Array:
     """Which example of a batch each member reads, `[M, R B]`, as MIMO trains.
 
     The batch is repeated `repetitions` (R) times and shuffled once; each member then shuffles
@@ -106,10 +110,12 @@ def member_indices(
     order_key, *member_keys = jax.random.split(key, num_members + 1)
     order = jax.random.permutation(order_key, jnp.tile(jnp.arange(batch_size), repetitions))
     shuffled = round(order.shape[0] * (1 - input_repetition))
-    return jnp.stack([
-        jnp.concatenate([jax.random.permutation(k, order[:shuffled]), order[shuffled:]])
-        for k in member_keys
-    ])  # fmt: skip
+    return jnp.stack(
+        [
+            jnp.concatenate([jax.random.permutation(k, order[:shuffled]), order[shuffled:]])
+            for k in member_keys
+        ]
+    )
 
 
 def parameter_count(config: MimoConfig, member: Params) -> int:

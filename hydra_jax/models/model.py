@@ -197,8 +197,14 @@ class Model:
         rngs = None if dropout_rng is None else {"dropout": dropout_rng}
         module = self.module
         method = getattr(type(module), name)
-        return module.apply({"params": params}, *args, method=method, rngs=rngs,
-                            deterministic=dropout_rng is None, **kwargs)  # fmt: skip
+        return module.apply(
+            {"params": params},
+            *args,
+            method=method,
+            rngs=rngs,
+            deterministic=dropout_rng is None,
+            **kwargs,
+        )
 
 
 def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:

@@ -90,5 +90,6 @@ class ModernBert(StagedEncoder):
         deterministic: bool = True,
     ) -> ModelOutput:
         stem = self.embed(input_ids, attention_mask, token_type_ids, deterministic)
-        return self.run(stem, head_mask, output_attentions, deterministic, deterministic,
-                        stem.key_mask)  # fmt: skip
+        return self.run(
+            stem, head_mask, output_attentions, deterministic, deterministic, stem.key_mask
+        )

@@ -66,8 +66,13 @@ def packed_member(base: MemberConfig, num_members: int, alpha: float, groups: in
         )
     if groups > 1 and e.gated_mlp:
         raise ValueError("a gated MLP cannot be grouped (gamma > 1): its halves would split")
-    encoder = dataclasses.replace(e, num_heads=(heads,) * e.num_layers, width=int(width),
-                                  head_dim=int(width) // heads, mlp_dim=int(mlp))  # fmt: skip
+    encoder = dataclasses.replace(
+        e,
+        num_heads=(heads,) * e.num_layers,
+        width=int(width),
+        head_dim=int(width) // heads,
+        mlp_dim=int(mlp),
+    )
     return with_tower_encoder(base, tower.config, encoder)
 
 
@@ -88,8 +93,14 @@ def to_blocks(kernel: jax.Array, inputs: int, groups: int) -> jax.Array:
     out_0 / G, ...]` (block g maps slice g of the first input axis to slice g of the first
     output axis)."""
     i0, o0 = kernel.shape[0], kernel.shape[inputs]
-    split = kernel.reshape(groups, i0 // groups, *kernel.shape[1:inputs], groups,
-                           o0 // groups, *kernel.shape[inputs + 1:])  # fmt: skip
+    split = kernel.reshape(
+        groups,
+        i0 // groups,
+        *kernel.shape[1:inputs],
+        groups,
+        o0 // groups,
+        *kernel.shape[inputs + 1 :],
+    )
     taken = jnp.diagonal(split, axis1=0, axis2=inputs + 1)  # the group axis goes last
     return jnp.moveaxis(taken, -1, 0)
 
@@ -106,8 +117,9 @@ def from_blocks(blocks: jax.Array, inputs: int) -> jax.Array:
     return full.reshape(G * in_block[0], *in_block[1:], G * out_block[0], *out_block[1:])
 
 
-def grouped_dense(x: jax.Array, kernel: jax.Array, bias: jax.Array | None, inputs: int,
-                  dtype: jnp.dtype | None) -> jax.Array:  # fmt: skip
+def grouped_dense(
+    x: jax.Array, kernel: jax.Array, bias: jax.Array | None, inputs: int, dtype: jnp.dtype | None
+) -> jax.Array:
     """`x @ from_blocks(kernel) + bias`, block by block: x `[..., in...]` -> `[..., out...]`."""
     G, lead = kernel.shape[0], x.ndim - inputs
     dtype = dtype or jnp.result_type(x, kernel)
@@ -132,8 +144,9 @@ def _interceptor(config: PackedEnsembleConfig) -> Callable:
             return next_fun(*args, **kwargs)
         weights = module.variables["params"]
         (x,) = args
-        return grouped_dense(x, weights["kernel"], weights.get("bias"), layers[path].inputs,
-                             module.dtype)  # fmt: skip
+        return grouped_dense(
+            x, weights["kernel"], weights.get("bias"), layers[path].inputs, module.dtype
+        )
 
     return intercept
 

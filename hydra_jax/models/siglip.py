@@ -143,8 +143,9 @@ class SiglipVision(StagedEncoder):
         logits = None
         if self.num_labels:
             logits = sigmoid_logits(pooled, self.class_embeds, self.logit_scale, self.logit_bias)
-        return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits,
-                           embeds=wide(pooled))  # fmt: skip
+        return ModelOutput(
+            last_hidden_state=x, pooler_output=pooled, logits=logits, embeds=wide(pooled)
+        )
 
     def __call__(
         self,

@@ -19,7 +19,8 @@ from configs import (
     vit_fmnist,
     zero_shot_fmnist,
 )
-from hydra_jax.experiments.workdir import LOCK_FILE, Workdir, WorkdirError
+from hydra_jax.experiments import migrations
+from hydra_jax.experiments.workdir import LOCK_FILE, Workdir, WorkdirError, flat
 
 REPO = Path(__file__).parent.parent
 
@@ -55,6 +56,7 @@ def test_a_second_train_py_on_a_running_workdir_is_refused(tmp_path):
 
 
 def test_a_run_recorded_under_a_renamed_key_is_still_its_configs(tmp_path):
+    """Migration 1 -> 2: a key recorded under its old spelling is read under its new one."""
     config = prune_minilm_mr.get_config("smoke")
     recorded = json.loads(config.to_json())
     recorded["ood_limit"] = recorded.pop("data")["ood_limit"]  # the spelling before the rename
@@ -102,8 +104,9 @@ def _as_zero_shot(recorded: dict) -> None:
 def test_a_run_of_a_study_before_the_engine_is_still_its_configs(
     module, before, old_form, tmp_path
 ):
-    """Runs recorded `experiment` (the study kind) and, for some kinds, settings now grouped
-    under the analysis or `zero_shot`: each is read as the engine config it became."""
+    """Migration 0 -> 1: runs recorded `experiment` (the study kind) and, for some kinds,
+    settings now grouped under the analysis or `zero_shot`: each is read as the engine config it
+    became."""
     config = module.get_config("smoke")
     recorded = json.loads(config.to_json())
     assert "experiment" not in recorded
@@ -115,7 +118,8 @@ def test_a_run_of_a_study_before_the_engine_is_still_its_configs(
 
 
 def test_a_custom_run_recorded_before_its_analyses_is_still_its_configs(tmp_path):
-    """`configs/custom.py` gained `analyses` and their settings; a run recorded without them ran
+    """Migration 2 -> 3: `configs/custom.py` gained `analyses` and their settings; a run recorded
+    without them ran
     no analysis: it is the config that lists none, whatever those settings, and not one that
     lists an analysis."""
     config = custom.get_config("smoke")
@@ -148,6 +152,43 @@ def test_settings_of_a_single_pass_ensemble_no_run_named_are_inert(tmp_path):
     config.batch_ensemble.factor_std = 0.5
     config.methods = (*config.methods, "mimo")
     with pytest.raises(WorkdirError, match=r"methods: "):
+        Workdir(tmp_path).check(config)
+
+
+def test_a_run_recorded_before_its_added_keys_is_still_its_configs(tmp_path):
+    """Migration 3 -> 4: keys added later read, in a run recorded without them, as the value
+    that reproduces it (`eval.dtype` float32, no held-out classes)."""
+    config = custom.get_config("smoke")
+    recorded = json.loads(config.to_json())
+    del recorded["eval"]["dtype"], recorded["zero_shot"]["held_out"]
+    (tmp_path / "config.json").write_text(json.dumps(recorded))
+    Workdir(tmp_path).check(config)
+    config.eval.dtype = "bfloat16"
+    with pytest.raises(WorkdirError, match=r"eval\.dtype: 'float32' -> 'bfloat16'"):
+        Workdir(tmp_path).check(config)
+
+
+def test_config_json_records_its_schema_and_migrations_start_there(tmp_path):
+    """A new run writes today's schema; a recorded config is migrated from its own schema on
+    (a key that was renamed before that schema is not renamed again), and one from a newer
+    hydra_jax is refused, naming its schema."""
+    config = prune_minilm_mr.get_config("smoke")
+    Workdir(tmp_path).claim(config)
+    recorded = json.loads((tmp_path / "config.json").read_text())
+    assert recorded[migrations.SCHEMA_KEY] == migrations.SCHEMA
+    Workdir(tmp_path).check(config)
+    assert flat(Workdir(tmp_path).recorded()) == flat(config)  # the schema is not a setting
+    recorded["ood_limit"] = recorded.pop("data")["ood_limit"]  # renamed in schema 2: not here
+    (tmp_path / "config.json").write_text(json.dumps(recorded))
+    with pytest.raises(WorkdirError, match=r"data\.ood_limit: \(absent\) -> 48; ood_limit"):
+        Workdir(tmp_path).check(config)
+    recorded[migrations.SCHEMA_KEY] = 1  # the same keys, written before the rename
+    (tmp_path / "config.json").write_text(json.dumps(recorded))
+    Workdir(tmp_path).check(config)
+    assert Workdir(tmp_path).recorded().data.ood_limit == 48
+    recorded[migrations.SCHEMA_KEY] = migrations.SCHEMA + 1
+    (tmp_path / "config.json").write_text(json.dumps(recorded))
+    with pytest.raises(WorkdirError, match=rf"has schema {migrations.SCHEMA + 1}; this hydra_jax"):
         Workdir(tmp_path).check(config)
 
 

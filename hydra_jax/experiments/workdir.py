@@ -26,44 +26,14 @@ from flax import traverse_util
 
 from hydra_jax import checks
 from hydra_jax.data.text import MIN_TOKENS
+from hydra_jax.experiments import migrations
 from hydra_jax.models.sharding import barrier, is_primary
 
 # Keys that change no result: how a run is labelled, and the device mesh it is laid out on.
 COSMETIC_KEYS = frozenset({"title", "mesh.data", "mesh.member", "mesh.heads"})
-# Keys added after runs were recorded, with the value that reproduces those runs: a recorded
-# config without one is read as having that value.
-ADDED_KEYS = {"eval.dtype": "float32", "zero_shot.held_out": [], "analyses": ""}
-# Settings read only by a listed analysis (`configs/custom.py` gained them with `analyses`): a
-# recorded config without `analyses` ran none, so whatever they are now reproduces it.
-ANALYSIS_SETTINGS = ("pruning_curves.", "ablations.", "calibration_seed")
 # The single-pass ensembles a study trains, each with its settings under its name (`mimo.`): a
 # recorded config whose methods do not name one trained none, so its settings now reproduce it.
 SINGLE_PASS = ("batch_ensemble", "lora_ensemble", "packed_ensemble", "mimo")
-# Keys renamed so that a setting has one spelling in every study: a recorded config's old key is
-# read as the new one.
-RENAMED_KEYS = {
-    "eval_batch_size": "eval.batch_size",
-    "ood_limit": "data.ood_limit",
-    "train_limit": "data.train_limit",
-    "eval_limit": "data.eval_limit",
-}
-# The studies that became configs of the study engine: a recorded config's `experiment` (gone)
-# names its kind; a kind's settings that moved are read under their new keys, and the keys
-# that now say what the study does are read with the values that reproduce it.
-ENGINE_STUDIES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
-    "pruning": (
-        {k: f"pruning_curves.{k}" for k in ("ratios", "criteria", "random_seeds", "alphas")},
-        {"methods": [], "analyses": ["pruning_curves"]},
-    ),
-    "ablations": (
-        {"sizes": "ablations.sizes", "strategies": "ablations.strategies"},
-        {"methods": [], "analyses": ["ablations"]},
-    ),
-    "zero_shot": (
-        {"templates": "zero_shot.templates", "held_out": "zero_shot.held_out"},
-        {"zero_shot.enabled": True},
-    ),
-}
 LOCK_FILE = ".lock"
 CONFIG_FILE = "config.json"
 TIMINGS_FILE = "train_timings.json"  # the train stage's wall time per stage
@@ -123,17 +93,12 @@ def split_names(names: Sequence[str] | str) -> list[str]:
 def config_differences(config: ml_collections.ConfigDict, recorded: dict) -> list[str]:
     """Keys whose values differ between `config` and a recorded `config.json` (cosmetic ones
     excepted), each as `key: recorded -> now`."""
-    now, before = flat(config), flat(recorded)
-    moved, implied = ENGINE_STUDIES.get(before.pop("experiment", ""), ({}, {}))
-    before = {moved.get(k, k): v for k, v in before.items()} | implied
-    before = {RENAMED_KEYS.get(k, k): v for k, v in before.items()}
-    if "analyses" not in before:
-        before = {k: v for k, v in now.items() if k.startswith(ANALYSIS_SETTINGS)} | before
+    now = flat(config)
+    before = migrations.upgrade(flat(recorded), now)  # an older run's config read as today's
     recorded_methods = split_names(before.get("methods", []))
     inert = tuple(f"{kind}." for kind in SINGLE_PASS if kind not in recorded_methods)
     if inert:
         before = {k: v for k, v in now.items() if k.startswith(inert)} | before
-    before |= {k: v for k, v in ADDED_KEYS.items() if k in now and k not in before}
     keys = sorted((set(now) | set(before)) - COSMETIC_KEYS)
     missing = object()
     return [
@@ -218,7 +183,9 @@ class Workdir:
         if new:
             if is_primary():
                 self.path.mkdir(parents=True, exist_ok=True)
-            self.write_text(CONFIG_FILE, config.to_json_best_effort(indent=2, sort_keys=True))
+            record = json.loads(config.to_json_best_effort())
+            record[migrations.SCHEMA_KEY] = migrations.SCHEMA
+            self.write_json(CONFIG_FILE, record)
             barrier("wrote config.json")
             return
         self.check(config)
@@ -235,7 +202,10 @@ class Workdir:
                 "with this --config and --workdir first"
             )
         recorded = self.read_json(CONFIG_FILE)
-        differences = config_differences(config, recorded)
+        try:
+            differences = config_differences(config, recorded)
+        except ValueError as error:  # a schema this code cannot read
+            raise WorkdirError(f"{self.path / CONFIG_FILE}: {error}") from None
         if differences:
             raise WorkdirError(
                 f"{self.path} belongs to a run with another config; these keys differ "
@@ -250,7 +220,12 @@ class Workdir:
             raise WorkdirError(
                 f"{self.path / CONFIG_FILE} not found: train the base model in {self.path} first"
             )
-        return ml_collections.ConfigDict(self.read_json(CONFIG_FILE))
+        recorded = self.read_json(CONFIG_FILE)
+        if recorded.get(migrations.SCHEMA_KEY) == migrations.SCHEMA:
+            del recorded[migrations.SCHEMA_KEY]
+            return ml_collections.ConfigDict(recorded)
+        upgraded = migrations.upgrade(flat(recorded))  # an older run's config read as today's
+        return ml_collections.ConfigDict(traverse_util.unflatten_dict(upgraded, sep="."))
 
     def require(self, path: Path, what: str) -> Path:
         """`path` (inside the workdir), refused with a named stage to run if it is missing."""

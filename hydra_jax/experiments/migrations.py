@@ -1,0 +1,95 @@
+"""Older workdirs' recorded configs, read as today's: the config schema and its migrations.
+
+A run's `config.json` records `schema`, the version of the config layout the code that wrote it
+used (`SCHEMA` now). A recorded config of version v is read through `MIGRATIONS[v:]` in order:
+each rewrites the flat keys (`{"a.b": value}`) of one version into the next one's, with the
+values that reproduce the old run, so that `workdir.config_differences` compares like with
+like. A config without `schema` predates it: version 0. A change of the config layout that
+would make an existing run differ from its own config appends one migration here, with a test
+of the old workdir it upgrades (`tests/test_workdir.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Flat = dict[str, Any]
+SCHEMA_KEY = "schema"
+
+
+def _engine_studies(before: Flat, now: Flat) -> Flat:
+    """0 -> 1: the studies became configs of the study engine. A recorded `experiment` (gone)
+    names the study's kind; a kind's settings that moved are read under their new keys, and the
+    keys that now say what the study does take the values that reproduce it."""
+    del now
+    kinds: dict[str, tuple[dict[str, str], Flat]] = {
+        "pruning": (
+            {k: f"pruning_curves.{k}" for k in ("ratios", "criteria", "random_seeds", "alphas")},
+            {"methods": [], "analyses": ["pruning_curves"]},
+        ),
+        "ablations": (
+            {"sizes": "ablations.sizes", "strategies": "ablations.strategies"},
+            {"methods": [], "analyses": ["ablations"]},
+        ),
+        "zero_shot": (
+            {"templates": "zero_shot.templates", "held_out": "zero_shot.held_out"},
+            {"zero_shot.enabled": True},
+        ),
+    }
+    before = dict(before)
+    moved, implied = kinds.get(before.pop("experiment", ""), ({}, {}))
+    return {moved.get(k, k): v for k, v in before.items()} | implied
+
+
+def _renamed_keys(before: Flat, now: Flat) -> Flat:
+    """1 -> 2: keys renamed so that a setting has one spelling in every study."""
+    del now
+    renamed = {
+        "eval_batch_size": "eval.batch_size",
+        "ood_limit": "data.ood_limit",
+        "train_limit": "data.train_limit",
+        "eval_limit": "data.eval_limit",
+    }
+    return {renamed.get(k, k): v for k, v in before.items()}
+
+
+def _analyses(before: Flat, now: Flat) -> Flat:
+    """2 -> 3: the generic study gained `analyses` and their settings. A run recorded without
+    `analyses` ran none, so whatever those settings are now reproduces it."""
+    if "analyses" in before:
+        return before
+    settings = ("pruning_curves.", "ablations.", "calibration_seed")
+    return {k: v for k, v in now.items() if k.startswith(settings)} | before
+
+
+def _added_keys(before: Flat, now: Flat) -> Flat:
+    """3 -> 4: keys added with the value that reproduces the runs recorded before them."""
+    added = {"eval.dtype": "float32", "zero_shot.held_out": [], "analyses": ""}
+    return before | {k: v for k, v in added.items() if k in now and k not in before}
+
+
+# MIGRATIONS[v] reads a config of schema v as one of schema v + 1.
+MIGRATIONS: tuple[Callable[[Flat, Flat], Flat], ...] = (
+    _engine_studies,
+    _renamed_keys,
+    _analyses,
+    _added_keys,
+)
+SCHEMA = len(MIGRATIONS)  # the version this code writes
+
+
+def upgrade(recorded: Flat, now: Flat | None = None) -> Flat:
+    """The flat `recorded` config (its `schema` key included, or none: version 0) as a config
+    of `SCHEMA`, without the `schema` key; `now` (the config it is compared with, flat) gives the
+    settings an old run did not have and did not use."""
+    recorded = dict(recorded)
+    version = recorded.pop(SCHEMA_KEY, 0)
+    if not isinstance(version, int) or not 0 <= version <= SCHEMA:
+        raise ValueError(
+            f"config.json has schema {version!r}; this hydra_jax reads schemas 0 to {SCHEMA}: "
+            "a newer hydra_jax wrote it"
+        )
+    for migrate in MIGRATIONS[version:]:
+        recorded = migrate(recorded, now or {})
+    return recorded

@@ -19,7 +19,7 @@ from configs import (
     vit_fmnist,
     zero_shot_fmnist,
 )
-from hydra_jax.experiments import migrations
+from hydra_jax.experiments import engine, migrations
 from hydra_jax.experiments.workdir import LOCK_FILE, Workdir, WorkdirError, flat
 
 REPO = Path(__file__).parent.parent
@@ -38,6 +38,23 @@ def test_a_held_workdir_refuses_a_second_holder_and_is_free_after(tmp_path):
     with Workdir(tmp_path / "absent").hold(create=False):
         pass
     assert not (tmp_path / "absent").exists()
+
+
+def test_the_engine_itself_refuses_a_held_workdir(tmp_path):
+    """`engine.train` and `engine.evaluate` (what the command line and the tests call) hold the
+    workdir: on one a running `train.py` holds, they are refused, naming the holder, and touch
+    nothing."""
+    workdir = tmp_path / "run"
+    config = minilm_mr.get_config("smoke")
+    with Workdir(workdir).hold():  # as a running train.py holds it
+        (workdir / "config.json").write_text("{}")
+        held = rf"{workdir} is in use by process {os.getpid()} on "
+        for stage in (engine.train, engine.evaluate):
+            with pytest.raises(WorkdirError, match=held):
+                stage(config, workdir)
+    assert sorted(p.name for p in workdir.iterdir()) == [LOCK_FILE, "config.json"]
+    with pytest.raises(ValueError, match="unknown stage 'predict'"):
+        engine.run("predict", config, workdir)
 
 
 def test_a_second_train_py_on_a_running_workdir_is_refused(tmp_path):

@@ -3,7 +3,6 @@ the flags, the override checks and one clean error line."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import sys
@@ -18,8 +17,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from hydra_jax.experiments import engine
-from hydra_jax.experiments.workdir import Workdir, WorkdirError, flat
-from hydra_jax.models.sharding import make_mesh
+from hydra_jax.experiments.workdir import WorkdirError, flat
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "experiment config file (configs/NAME.py[:VARIANT])", lock_config=True
@@ -43,13 +41,14 @@ _TIMEOUT = flags.DEFINE_integer(
 )
 
 
-def initialize_distributed() -> None:
-    """`jax.distributed.initialize` when the flags or the environment ask for several processes."""
+def distributed() -> dict[str, Any] | None:
+    """`jax.distributed.initialize`'s arguments when the flags or the environment ask for several
+    processes, else None."""
     address = _COORDINATOR.value or os.environ.get("JAX_COORDINATOR_ADDRESS")
     if not (address or _DISTRIBUTED.value):
-        return
+        return None
     timeout = _TIMEOUT.value
-    jax.distributed.initialize(
+    return dict(
         coordinator_address=address,
         num_processes=_NUM_PROCESSES.value,
         process_id=_PROCESS_ID.value,
@@ -95,16 +94,9 @@ def run(stage_index: int) -> Callable[[list[str]], None]:
     def main(argv: list[str]) -> None:
         del argv
         logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
-        initialize_distributed()
         config: ml_collections.ConfigDict = _CONFIG.value
         try:
-            mesh = make_mesh(**config.mesh)  # on one device, no mesh at all: nothing moves
-            workdir = Workdir(_WORKDIR.value)
-            with (
-                workdir.hold(create=stage_index == 0),
-                jax.set_mesh(mesh) if mesh.size > 1 else contextlib.nullcontext(),
-            ):
-                (engine.train, engine.evaluate)[stage_index](config, workdir)
+            engine.run(STAGES[stage_index], config, _WORKDIR.value, distributed())
         except (WorkdirError, FileNotFoundError, ValueError, FloatingPointError) as error:
             # A named, expected problem: one line, no traceback (HYDRA_JAX_DEBUG=1 shows it).
             if os.environ.get("HYDRA_JAX_DEBUG"):

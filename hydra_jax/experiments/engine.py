@@ -33,6 +33,7 @@ prediction loop and the evaluators (`evaluators.standard`), every analysis evalu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
@@ -66,7 +67,7 @@ from hydra_jax.experiments.workdir import CONFIG_FILE, SINGLE_PASS, Workdir, spl
 from hydra_jax.models import MimoConfig, Model, mimo, with_classifier, zero_shot
 from hydra_jax.models.architectures import architecture
 from hydra_jax.models.packed import packed_member
-from hydra_jax.models.sharding import barrier, is_primary
+from hydra_jax.models.sharding import barrier, is_primary, make_mesh
 from hydra_jax.training import TrainSettings, fit
 
 
@@ -377,12 +378,46 @@ def saved_path(workdir: Path, method: str) -> Path:
     return Path(workdir) / ("fused" if kind == "hydra" else "pruned") / strategy
 
 
-def train(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
+def run(
+    stage: str,
+    config: ml_collections.ConfigDict,
+    workdir: Workdir | Path | str,
+    distributed: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Runs `stage` ("train" or "evaluate") of the study `config` in `workdir`, with the run's
+    guarantees: the workdir is held for the whole stage (a second run on it is refused, naming
+    the process that holds it), the work is laid out on `config.mesh` (no mesh on one device),
+    and with `distributed` (`jax.distributed.initialize`'s arguments) this process first joins
+    the others. The command line (`train.py`, `evaluate.py`, `hydra-jax`) and the tests call
+    this, through `train` and `evaluate`."""
+    if stage not in ("train", "evaluate"):
+        raise ValueError(f"unknown stage {stage!r}: 'train' or 'evaluate'")
+    if distributed is not None and not jax.distributed.is_initialized():
+        jax.distributed.initialize(**distributed)
+    workdir = Workdir.of(workdir)
+    mesh = make_mesh(**config.mesh)  # on one device, no mesh at all: nothing moves
+    with (
+        workdir.hold(create=stage == "train"),
+        jax.set_mesh(mesh) if mesh.size > 1 else contextlib.nullcontext(),
+    ):
+        return (_train if stage == "train" else _evaluate)(config, workdir)
+
+
+def train(config: ml_collections.ConfigDict, workdir: Workdir | Path | str) -> dict[str, Any]:
+    """The train stage (`run("train", ...)`): see `_train`."""
+    return run("train", config, workdir)
+
+
+def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path | str) -> dict[str, Any]:
+    """The evaluate stage (`run("evaluate", ...)`): see `_evaluate`."""
+    return run("evaluate", config, workdir)
+
+
+def _train(config: ml_collections.ConfigDict, workdir: Workdir) -> dict[str, Any]:
     """Trains the members, builds every Hydra and single-pass ensemble the config names and
     runs the train step of its analyses (resuming where an earlier run stopped). Returns the
     members this run trained or restored (`members`: none when they come from `base_workdir`)
     and the Hydra members' head sets per strategy (`head_sets`)."""
-    workdir = Workdir.of(workdir)
     plan = Plan.of(config, workdir)  # bad settings refused before the workdir is touched
     base, first_run = None, not (workdir / CONFIG_FILE).is_file()
     with workdir.stage("load data", record=first_run):  # a rerun keeps the first run's times
@@ -527,12 +562,11 @@ def train_efficient(
     return members.fit_efficient(workdir, kind, ensemble, data.study.train, settings, loss)
 
 
-def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path) -> dict[str, Any]:
+def _evaluate(config: ml_collections.ConfigDict, workdir: Workdir) -> dict[str, Any]:
     """Evaluates every method of `config.methods` (through `evaluators.standard`) and every
     analysis of `config.analyses` from what `train` wrote (the members in `base_workdir` where
     the config names one); trains nothing. Writes results.json, report.md, plots/ and
     predictions/."""
-    workdir = Workdir.of(workdir)
     workdir.check(config)
     plan = Plan.of(config, workdir)
     trained = methods.Trained(

@@ -412,7 +412,7 @@ def test_a_prepared_tfds_dataset_feeds_the_study(tmp_path, text_encoder_dir, syn
         ("pruning_curves.random_seeds", (-1,),
          "pruning_curves.random_seeds must be a non-negative integer, got -1"),
         ("ablations.sizes", (1,), "ablations.sizes must be an integer of at least 2, got 1"),
-        ("ablations.sizes", (3,), "ablations.sizes: 3 does not divide the 4 heads per layer"),
+        ("ablations.sizes", (3,), "ablations.sizes: 3 members do not divide the 4 heads per layer"),
         ("ablations.strategies", ("greedy",), r"ablations.strategies: unknown \['greedy'\]"),
     ],
 )  # fmt: skip
@@ -470,6 +470,29 @@ def test_bad_study_data_is_refused_before_training(tmp_path, text_encoder_dir):
     with pytest.raises(ValueError, match="3 members do not divide the 4 heads per layer"):
         engine.train(config, tmp_path / "hydra")
     assert not (tmp_path / "hydra").exists()
+
+
+@pytest.mark.parametrize("kind", ["hydra_taylor", "pruning_curves", "ablations"])
+def test_a_calibration_larger_than_its_set_is_refused_before_training(
+    tmp_path, text_encoder_dir, kind
+):
+    """Head scores draw `calibration_size` training examples: more than the set has is refused
+    before anything trains, for a Hydra's members and for either analysis."""
+    write_csv(tmp_path / "data.csv", [(t, "good") for t in GOOD] + [(t, "bad") for t in BAD])
+    config = smoke_config()
+    config.model = str(text_encoder_dir)
+    data = f"csv:{tmp_path / 'data.csv'}"
+    config.data.update(train=data, validation=data, test=data)
+    if kind == "hydra_taylor":
+        config.methods = "single,hydra_taylor"
+    else:
+        config.update(methods="single", analyses=kind)
+        config.ablations.strategies = ("taylor",)
+    config.calibration_size = 11
+    refused = "calibration_size is 11, but the set head scores are drawn from has 10 examples"
+    with pytest.raises(ValueError, match=refused):
+        engine.train(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def family_config(family: str, bert: BertConfig) -> BertConfig | ModernBertConfig:

@@ -185,6 +185,20 @@ def test_a_run_recorded_before_its_added_keys_is_still_its_configs(tmp_path):
         Workdir(tmp_path).check(config)
 
 
+def test_a_custom_run_recorded_with_the_old_hies_alphas_default_is_still_its_configs(tmp_path):
+    """Migration 4 -> 5: the generic study recorded (0.25, 0.5, 0.75) where its default is now
+    empty (the same alphas for 3 members); a run that gave other alphas is another config."""
+    config = custom.get_config("smoke")
+    recorded = json.loads(config.to_json()) | {"hies_alphas": [0.25, 0.5, 0.75], "schema": 4}
+    (tmp_path / "config.json").write_text(json.dumps(recorded))
+    Workdir(tmp_path).check(config)
+    assert Workdir(tmp_path).recorded().hies_alphas == [0.25, 0.5, 0.75]  # no `now` to follow
+    recorded["hies_alphas"] = [0.3, 0.5, 0.7]
+    (tmp_path / "config.json").write_text(json.dumps(recorded))
+    with pytest.raises(WorkdirError, match=r"hies_alphas: \[0\.3, 0\.5, 0\.7\] -> \[\]"):
+        Workdir(tmp_path).check(config)
+
+
 def test_config_json_records_its_schema_and_migrations_start_there(tmp_path):
     """A new run writes today's schema; a recorded config is migrated from its own schema on
     (a key that was renamed before that schema is not renamed again), and one from a newer

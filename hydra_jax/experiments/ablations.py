@@ -83,11 +83,12 @@ def check(context: Context) -> None:
         raise ValueError(
             f"ablations.strategies: unknown {unknown}; known: {', '.join(ensembles.STRATEGIES)}"
         )
-    heads = context.single.config.encoder.num_heads[0]
     for M in settings.sizes:
         checks.count("ablations.sizes", M, minimum=2)  # overlap and disagreement need 2
-        if heads % M:
-            raise ValueError(f"ablations.sizes: {M} does not divide the {heads} heads per layer")
+        try:
+            ensembles.heads_per_member(context.single, M)
+        except ValueError as error:
+            raise ValueError(f"ablations.sizes: {error}") from None
 
 
 def evaluate(context: Context) -> tuple[dict[str, Any], list[str]]:

@@ -99,7 +99,7 @@ HELP = {
     "member_train.epochs": "fine-tuning of each pruned Hydra member (overrides `train`)",
     "member_train.learning_rate": "its learning rate (overrides `train`)",
     "calibration_size": "training examples (a random subset per member) that head scores read",
-    "hies_alphas": "HIES's alpha of each Hydra member, one per member",
+    "hies_alphas": "HIES's alpha of each Hydra member; empty: (m + 1) / (M + 1) for member m",
     "circuit.examples": "ID and OOD validation examples of each member's circuit search",
     "circuit.objectives": "each member's circuit-search objective, one per member, cycled",
     "zero_shot.enabled": "member 0 is a dual encoder's zero-shot classifier; nothing trains",
@@ -184,7 +184,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.num_members = 3
     c.member_train = ml_collections.ConfigDict(dict(epochs=1.0, learning_rate=2e-5))
     c.calibration_size = 256  # head scores: member m's random training subset
-    c.hies_alphas = (0.25, 0.5, 0.75)  # one per member
+    c.hies_alphas = ()  # one per member; empty: evenly spaced, (m + 1) / (M + 1)
     c.circuit = ml_collections.ConfigDict(dict(examples=256, objectives=("nll", "auroc", "avg")))
     # Zero-shot, on a dual encoder (CLIP, SigLIP, ViT-BERT) and images: classes named by the
     # templates filled with the class names (string labels, class folders); nothing trains and

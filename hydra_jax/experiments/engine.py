@@ -261,10 +261,11 @@ def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[str], list
             f"zero_shot.enabled trains no classifier, so {needs_training} cannot "
             "run; zero-shot methods: single, pruned_S, hydra_S"
         )
-    if "hies" in strategies and len(config.hies_alphas) != config.num_members:
+    given = config.get("hies_alphas", ())
+    if "hies" in strategies and given and len(given) != config.num_members:
         raise ValueError(
             f"config.hies_alphas has {len(config.hies_alphas)} alphas for "
-            f"{config.num_members} members: give one per member"
+            f"{config.num_members} members: give one per member, or none (evenly spaced)"
         )
     trains_here = not config.get("base_workdir")
     if trains_here and "packed_ensemble" in names and checkpoint(config) is None:  # a new ViT
@@ -289,6 +290,22 @@ def check_analyses(names: Sequence[str] | str) -> list[str]:
     if unknown:
         raise ValueError(f"config.analyses: {unknown}; known: {', '.join(ANALYSES)}")
     return names
+
+
+def check_calibration(config: ml_collections.ConfigDict, plan: Plan, calibration: Dataset) -> None:
+    """Refuses a `calibration_size` larger than the set head scores draw it from, where a
+    strategy, the ablations or the pruning curves score heads on it."""
+    strategies = [*plan.strategies]
+    if "ablations" in plan.analyses:
+        strategies += config.ablations.strategies
+    scored = "pruning_curves" in plan.analyses or any(
+        STRATEGIES.get(s) == "calibration" for s in strategies
+    )
+    if scored and config.calibration_size > len(calibration):
+        raise ValueError(
+            f"calibration_size is {config.calibration_size}, but the set head scores are "
+            f"drawn from has {len(calibration)} examples: give at most {len(calibration)}"
+        )
 
 
 def check_packed(config: ml_collections.ConfigDict, architecture: Any) -> None:
@@ -447,6 +464,11 @@ def _train(config: ml_collections.ConfigDict, workdir: Workdir) -> dict[str, Any
         check_analyses_on(config, workdir, plan, first, data)
         if plan.strategies:
             ensembles.heads_per_member(first, config.num_members)
+    calibration = data.study.train
+    if plan.zero_shot:  # head sets from the validation images where there are some
+        id_validation = data.id_validation()
+        calibration = calibration if id_validation is None else id_validation
+    check_calibration(config, plan, calibration)
     workdir.claim(config)
     if plan.zero_shot and base is None:  # no checkpoint: a dual encoder trained here
         path = dual_encoder.train(config, workdir, data.study.train, data.classes.names)
@@ -458,10 +480,6 @@ def _train(config: ml_collections.ConfigDict, workdir: Workdir) -> dict[str, Any
     if plan.trains_members and not plan.zero_shot:
         trained = train_members(config, workdir, plan, base, data)
         single = trained[0]
-    calibration = data.study.train
-    if plan.zero_shot:  # head sets from the validation images where there are some
-        id_validation = data.id_validation()
-        calibration = calibration if id_validation is None else id_validation
     record = build_hydras(config, workdir, plan, single, calibration, data.validation)
     for kind in plan.efficient:
         train_efficient(config, workdir, kind, base, single, data)

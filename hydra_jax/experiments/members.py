@@ -55,6 +55,13 @@ def uncertainty_sets(
     ]
 
 
+def hies_alphas(config: ml_collections.ConfigDict, num_members: int) -> tuple[float, ...]:
+    """HIES's alpha of each of `num_members` members: `config.hies_alphas`, or where it is empty
+    evenly spaced in (0, 1), member m's (m + 1) / (M + 1) (0.25, 0.5, 0.75 for 3)."""
+    given = tuple(config.get("hies_alphas", ()))
+    return given or tuple((m + 1) / (num_members + 1) for m in range(num_members))
+
+
 def head_sets(
     config: ml_collections.ConfigDict,
     strategy: str,
@@ -86,7 +93,7 @@ def head_sets(
         M,
         calibration=calibration,
         uncertainty=uncertainty,
-        alphas=config.get("hies_alphas", ()),
+        alphas=hies_alphas(config, M),
         objectives=config.get("circuit", {}).get("objectives", ()),
     )
 

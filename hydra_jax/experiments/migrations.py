@@ -69,12 +69,22 @@ def _added_keys(before: Flat, now: Flat) -> Flat:
     return before | {k: v for k, v in added.items() if k in now and k not in before}
 
 
+def _hies_alphas_default(before: Flat, now: Flat) -> Flat:
+    """4 -> 5: the generic study's `hies_alphas` default became empty (evenly spaced for any
+    number of members) instead of (0.25, 0.5, 0.75): those are the 3 members' evenly spaced
+    alphas, and with another number of members a run could not use them (HIES was refused)."""
+    if now.get("hies_alphas") == [] and before.get("hies_alphas") == [0.25, 0.5, 0.75]:
+        return before | {"hies_alphas": []}
+    return before
+
+
 # MIGRATIONS[v] reads a config of schema v as one of schema v + 1.
 MIGRATIONS: tuple[Callable[[Flat, Flat], Flat], ...] = (
     _engine_studies,
     _renamed_keys,
     _analyses,
     _added_keys,
+    _hies_alphas_default,
 )
 SCHEMA = len(MIGRATIONS)  # the version this code writes
 

@@ -144,11 +144,13 @@ class Workdir:
         The lock is the operating system's (`flock` on `.lock`): it is released when the holder
         exits, killed or not, so a stale lock file never blocks a restart. Only process 0 takes
         it (the processes of one run share the workdir). With `create=False`, a missing workdir
-        is left missing (the stage reports it).
+        is left missing (the stage reports it); a workdir this call created and the stage left
+        empty (a config refused before it was claimed) is removed again.
         """
         if not is_primary() or not (create or self.path.is_dir()):
             yield
             return
+        created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
         with (self.path / LOCK_FILE).open("a+") as lock:
             try:
@@ -167,6 +169,9 @@ class Workdir:
             try:
                 yield
             finally:
+                if created and [p.name for p in self.path.iterdir()] == [LOCK_FILE]:
+                    (self.path / LOCK_FILE).unlink()
+                    self.path.rmdir()
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def claim(self, config: ml_collections.ConfigDict) -> None:

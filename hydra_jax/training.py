@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from hydra_jax import extras
 from hydra_jax.data import Dataset, loader
 from hydra_jax.metrics import check_labels
-from hydra_jax.models import ENSEMBLE_CONFIGS, MimoConfig, Model, mimo
+from hydra_jax.models import Model, member_of, mimo
 from hydra_jax.models.sharding import place_local_batch, place_params
 from hydra_jax.models.vit import normalise
 
@@ -190,7 +190,7 @@ def schedule_length(num_examples: int, settings: TrainSettings) -> tuple[int, in
 
 def _check_training_labels(model: Model, train: Dataset) -> None:
     """Every training label a class of `model`'s classifier (an ensemble's members' classes)."""
-    config = model.config.member if isinstance(model.config, ENSEMBLE_CONFIGS) else model.config
+    config = member_of(model.config) or model.config
     num_labels = getattr(config, "num_labels", 0)
     if num_labels < 1:
         raise ValueError(
@@ -225,9 +225,7 @@ def mimo_loss(model: Model, repetitions: int = 1, input_repetition: float = 0.0)
     over members of their cross-entropy, averaged over rows, as the paper trains. The
     accuracy reported is the members' mean.
     """
-    config = model.config
-    if not isinstance(config, MimoConfig):
-        raise TypeError(f"mimo_loss takes a MIMO model, not {type(config).__name__}")
+    config = mimo.require(model.config, "mimo_loss")
     mimo.check_settings(repetitions, input_repetition)
 
     def loss_fn(params: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple:
@@ -451,3 +449,9 @@ def fit(
         progress.close()
         log.close()
     return Model(model.config, state.params)
+
+
+def mimo_loss_from(ensemble: Model, settings: Any) -> Loss:
+    """MIMO's study objective (its kind's `loss` hook): `mimo_loss` with the study's
+    `mimo.repetitions` and `mimo.input_repetition`."""
+    return mimo_loss(ensemble, settings["repetitions"], settings["input_repetition"])

@@ -22,7 +22,7 @@ from hydra_jax.convert import (
 from hydra_jax.convert.common import ConversionError, load_config, read_state_dict
 from hydra_jax.convert.native import load_model, save_model
 from hydra_jax.convert.torch_pickle import UnsafePickleError
-from hydra_jax.models import HydraConfig, Model
+from hydra_jax.models import Model, member_of
 from hydra_jax.models.architectures import architecture
 
 
@@ -90,7 +90,7 @@ def save_pretrained(model: Model, path: str | Path) -> None:
     or its image classifier) or ViT-BERT dual encoder model as an HF directory (`config.json` +
     `model.safetensors`) under its own `model_type`."""
     config = model.config
-    single = not isinstance(config, HydraConfig)  # a fused Hydra has no HF format
+    single = member_of(config) is None  # an ensemble in one network has no HF format
     model_type = architecture(config).hf_model_type(config) if single else None
     export = FORMATS[model_type].export if model_type in FORMATS else None
     if export is None:

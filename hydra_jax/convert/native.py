@@ -6,64 +6,32 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from pathlib import Path
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 
-from hydra_jax.models import (
-    BatchEnsembleConfig,
-    BertConfig,
-    CLIPClassifierConfig,
-    CLIPConfig,
-    CLIPTextConfig,
-    CLIPVisionConfig,
-    CLIPVisionTowerConfig,
-    DualEncoderConfig,
-    EncoderConfig,
-    HydraConfig,
-    LoraEnsembleConfig,
-    MimoConfig,
-    Model,
-    ModernBertConfig,
-    PackedEnsembleConfig,
-    RelativeAttention,
-    SiglipClassifierConfig,
-    SiglipConfig,
-    SiglipTextConfig,
-    SiglipVisionConfig,
-    SiglipVisionTowerConfig,
-    ViTConfig,
-)
+from hydra_jax.models import ARCHITECTURES, Model, kinds
 from hydra_jax.models.sharding import is_primary
 
-_CONFIGS = {
-    c.__name__: c
-    for c in (
-        EncoderConfig,
-        BertConfig,
-        ViTConfig,
-        CLIPTextConfig,
-        CLIPVisionConfig,
-        CLIPConfig,
-        CLIPVisionTowerConfig,
-        DualEncoderConfig,
-        HydraConfig,
-        BatchEnsembleConfig,
-        LoraEnsembleConfig,
-        PackedEnsembleConfig,
-        MimoConfig,
-        ModernBertConfig,
-        RelativeAttention,
-        SiglipConfig,
-        SiglipTextConfig,
-        SiglipVisionConfig,
-        SiglipVisionTowerConfig,
-        SiglipClassifierConfig,
-        CLIPClassifierConfig,
-    )
-}
+
+def _config_classes() -> dict[str, type]:
+    """Every config class a saved model may hold, by name: the families' (`ARCHITECTURES`), the
+    ensemble kinds' (`kinds.KINDS`) and the configs their fields hold (encoders, towers, ...)."""
+    found: dict[str, type] = {}
+    todo: list[Any] = [*ARCHITECTURES, *kinds.KINDS]
+    while todo:
+        cls = todo.pop()
+        if not dataclasses.is_dataclass(cls) or cls.__name__ in found:
+            continue
+        found[cls.__name__] = cls
+        for hint in typing.get_type_hints(cls).values():
+            todo += [hint, *typing.get_args(hint)]
+    return found
+
+
 CONFIG_FILE = "model_config.json"
 
 
@@ -76,10 +44,10 @@ def _encode(x: Any) -> Any:
 
 def _decode(x: Any) -> Any:
     if isinstance(x, dict) and "__config__" in x:
-        kind = x["__config__"]
-        if kind not in _CONFIGS:
-            raise ValueError(f"unknown config kind {kind!r}; known: {sorted(_CONFIGS)}")
-        return _CONFIGS[kind](**{k: _decode(v) for k, v in x.items() if k != "__config__"})
+        kind, known = x["__config__"], _config_classes()
+        if kind not in known:
+            raise ValueError(f"unknown config kind {kind!r}; known: {sorted(known)}")
+        return known[kind](**{k: _decode(v) for k, v in x.items() if k != "__config__"})
     return tuple(x) if isinstance(x, list) else x  # the only lists are head-count tuples
 
 

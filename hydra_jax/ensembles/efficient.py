@@ -19,7 +19,6 @@ scratch (MIMO: an image classifier, trained with `hydra_jax.training.mimo_loss`)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -27,24 +26,24 @@ import jax
 
 from hydra_jax import checks
 from hydra_jax.models import (
-    ENSEMBLE_CONFIGS,
     BatchEnsembleConfig,
     LoraEnsembleConfig,
     MemberConfig,
     MimoConfig,
     Model,
     PackedEnsembleConfig,
+    kinds,
+    member_of,
     with_classifier,
 )
 from hydra_jax.models import efficient as _efficient
-from hydra_jax.models import mimo as _mimo
 from hydra_jax.models import packed as _packed
-from hydra_jax.models.architectures import CLASSIFIER_PARAMS, weight_count
+from hydra_jax.models.architectures import CLASSIFIER_PARAMS
 from hydra_jax.models.config import LORA_TARGETS
 
 
 def _check_member(model: Model, what: str) -> None:
-    if isinstance(model.config, ENSEMBLE_CONFIGS):
+    if member_of(model.config) is not None:
         raise TypeError(f"{what} takes one model, not a {type(model.config).__name__}")
     if not any(k in model.params for k in CLASSIFIER_PARAMS):
         raise ValueError(f"{what}: the model has no classifier; add one with with_classifier")
@@ -109,7 +108,7 @@ def packed_ensemble(
     `groups` blocks (`hydra_jax.models.packed`). It cannot start from pretrained weights: train
     it from scratch with `fit`. `alpha=1, groups=1, num_members=1` is `config`'s own model.
     """
-    if isinstance(config, ENSEMBLE_CONFIGS):
+    if member_of(config) is not None:
         raise TypeError(f"packed_ensemble takes one architecture, not {type(config).__name__}")
     M, G = checks.count("num_members", num_members), checks.count("groups", groups)
     if not alpha > 0:
@@ -126,44 +125,71 @@ def mimo(config: MemberConfig, num_members: int, rng: jax.Array) -> Model:
     (`hydra_jax.training`).
     `num_members=1` is `config`'s own model.
     """
-    if isinstance(config, ENSEMBLE_CONFIGS):
+    if member_of(config) is not None:
         raise TypeError(f"mimo takes one architecture, not {type(config).__name__}")
     return Model.init(MimoConfig(config, checks.count("num_members", num_members)), rng)
 
 
 def trainable(model: Model) -> Callable[[tuple[str, ...]], bool]:
-    """The `fit(trainable=...)` predicate of an efficient ensemble: every weight of a
-    BatchEnsemble, a Packed-Ensemble or MIMO, only the adapters and member heads of a
-    LoRA-Ensemble."""
-    if isinstance(model.config, PackedEnsembleConfig | MimoConfig):
-        return lambda path: True
-    if not isinstance(model.config, BatchEnsembleConfig | LoraEnsembleConfig):
+    """The `fit(trainable=...)` predicate of an efficient ensemble (its kind's,
+    `hydra_jax.models.kinds`): every weight of a BatchEnsemble, a Packed-Ensemble or MIMO, only
+    the adapters and member heads of a LoRA-Ensemble."""
+    kind = kinds.kind_of(model.config)
+    if kind is None or kind.method is None:
         raise TypeError(
-            f"trainable takes a BatchEnsemble, LoRA-Ensemble, Packed-Ensemble or MIMO, "
-            f"not {type(model.config).__name__}"
+            f"trainable takes a single-pass ensemble "
+            f"({', '.join(kinds.single_pass())}), not {type(model.config).__name__}"
         )
-    return _efficient.trainable(model.config)
-
-
-def _member_shapes(config: PackedEnsembleConfig | MimoConfig) -> Any:
-    """The shapes of one member's weights (`jax.ShapeDtypeStruct`s), none of them computed."""
-    return jax.eval_shape(lambda key: Model.init(config.member, key).params, jax.random.key(0))
+    return kind.trainable(model.config)
 
 
 def parameter_count(model: Model, member: Model | None = None) -> int:
-    """The weight count of an efficient ensemble `model` by its formula: a BatchEnsemble or
-    LoRA-Ensemble from the model `member` it was built from
+    """The weight count of an efficient ensemble `model` by its kind's formula: a BatchEnsemble
+    or LoRA-Ensemble from the model `member` it was built from
     (`hydra_jax.models.efficient.parameter_count`); a Packed-Ensemble from its member
     architecture, M dense members less the off-diagonal blocks of each grouped layer; MIMO from
     its member architecture, one model with M - 1 more patch kernels and classifiers."""
     config = model.config
-    if isinstance(config, PackedEnsembleConfig):
-        size = weight_count(_member_shapes(config))
-        G, layers = config.groups, _packed.grouped_layers(config).values()
-        off_diagonal = sum(math.prod(d.kernel) * (G - 1) // G for d in layers)
-        return config.num_members * (size - off_diagonal)
-    if isinstance(config, MimoConfig):
-        return _mimo.parameter_count(config, _member_shapes(config))
-    if member is None:
-        raise ValueError("parameter_count of a BatchEnsemble or LoRA-Ensemble needs its member")
-    return _efficient.parameter_count(config, member.params)
+    kind = kinds.kind_of(config)
+    if kind is None or kind.parameter_count is None:
+        raise TypeError(f"no weight-count formula for {type(config).__name__}")
+    if member is None and not kind.from_scratch:
+        raise ValueError(f"parameter_count of a {kind.name} needs the model it was built from")
+    if member is None:  # one member's weight shapes, none of them computed
+        init = lambda key: Model.init(config.member, key).params  # noqa: E731
+        return kind.parameter_count(config, jax.eval_shape(init, jax.random.key(0)))
+    return kind.parameter_count(config, member.params)
+
+
+# The study's builders (`hydra_jax.models.kinds`: each kind's `build` hook): the ensemble of
+# `num_members` from a study's starting `model`, its settings `config[KIND]`.
+
+
+def batch_ensemble_from(
+    model: Model, num_members: int, rng: jax.Array, settings: Any, num_labels: int | None
+) -> Model:
+    del num_labels  # the members start with `model`'s classifier
+    return batch_ensemble(model, num_members, rng, settings["factor_std"])
+
+
+def lora_ensemble_from(
+    model: Model, num_members: int, rng: jax.Array, settings: Any, num_labels: int | None
+) -> Model:
+    targets = tuple(t.strip() for t in str(settings["targets"]).split(",") if t.strip())
+    return lora_ensemble(
+        model, num_members, rng, settings["rank"], settings["alpha"], targets, num_labels
+    )
+
+
+def packed_ensemble_from(
+    model: Model, num_members: int, rng: jax.Array, settings: Any, num_labels: int | None
+) -> Model:
+    del num_labels  # the architecture's own classes
+    return packed_ensemble(model.config, num_members, rng, settings["alpha"], settings["groups"])
+
+
+def mimo_from(
+    model: Model, num_members: int, rng: jax.Array, settings: Any, num_labels: int | None
+) -> Model:
+    del settings, num_labels  # its settings are its training objective's (`mimo_loss_from`)
+    return mimo(model.config, num_members, rng)

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from hydra_jax.heads import compact
-from hydra_jax.models import HydraConfig, Model
+from hydra_jax.models import HydraConfig, Model, kinds, member_of
 from hydra_jax.models.architectures import architecture
 from hydra_jax.models.fused import fuse_params, member_params
 
@@ -39,8 +39,7 @@ def fuse(members: Iterable[Model]) -> Model:
     configs = [m.config for m in members]
     kinds = {type(c) for c in configs}
     fusable = all(
-        not isinstance(c, HydraConfig) and architecture(c).shared_tables is not None
-        for c in configs
+        member_of(c) is None and architecture(c).shared_tables is not None for c in configs
     )
     if len(kinds) != 1 or not fusable:
         raise ValueError(
@@ -62,7 +61,8 @@ def fuse(members: Iterable[Model]) -> Model:
 
 def unfuse(model: Model) -> list[Model]:
     """The members as fusion sees them (shared weights included), each a model of its own."""
-    if not isinstance(model.config, HydraConfig):
+    kind = kinds.kind_of(model.config)
+    if kind is None or kind.name != "hydra":
         raise TypeError(f"expected a fused Hydra model, got {type(model.config).__name__}")
     member = model.config.member
     return [Model(member, member_params(model.params, m)) for m in range(model.config.num_members)]

@@ -63,10 +63,9 @@ from hydra_jax.experiments import (
 )
 from hydra_jax.experiments.analyses import Analysis, Context
 from hydra_jax.experiments.evaluators import evaluate_methods, standard
-from hydra_jax.experiments.workdir import CONFIG_FILE, SINGLE_PASS, Workdir, split_names
-from hydra_jax.models import MimoConfig, Model, mimo, with_classifier, zero_shot
+from hydra_jax.experiments.workdir import CONFIG_FILE, Workdir, split_names
+from hydra_jax.models import Model, kinds, with_classifier, zero_shot
 from hydra_jax.models.architectures import architecture
-from hydra_jax.models.packed import packed_member
 from hydra_jax.models.sharding import barrier, is_primary, make_mesh
 from hydra_jax.training import TrainSettings, fit
 
@@ -221,7 +220,7 @@ class Plan:
         fused_settings = None  # optional: the fused network fine-tuned as a whole
         if fused is not None and fused.epochs > 0:
             fused_settings = TrainSettings(**{**hydra_settings.__dict__, **fused.to_dict()})
-        efficient = [n for n in names if n in SINGLE_PASS] if trains_members else []
+        efficient = [n for n in names if n in kinds.single_pass()] if trains_members else []
         for kind in efficient:
             members.efficient_settings(config, kind)
         return cls(
@@ -267,11 +266,6 @@ def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[str], list
             f"config.hies_alphas has {len(config.hies_alphas)} alphas for "
             f"{config.num_members} members: give one per member, or none (evenly spaced)"
         )
-    trains_here = not config.get("base_workdir")
-    if trains_here and "packed_ensemble" in names and checkpoint(config) is None:  # a new ViT
-        check_packed(config, artefacts.scratch_config(config))
-    if trains_here and "mimo" in names:
-        mimo.check_settings(config.mimo.repetitions, config.mimo.input_repetition, "mimo.")
     return names, strategies, analyses
 
 
@@ -308,19 +302,19 @@ def check_calibration(config: ml_collections.ConfigDict, plan: Plan, calibration
         )
 
 
-def check_packed(config: ml_collections.ConfigDict, architecture: Any) -> None:
-    """Refuses `packed_ensemble` settings whose widths do not divide into the members, groups
-    and heads of `architecture`."""
-    c = config.packed_ensemble
-    packed_member(architecture, config.ensemble_size, c.alpha, c.groups)
-
-
-def check_mimo(config: ml_collections.ConfigDict, architecture: Any) -> None:
-    """Refuses `mimo` on an architecture that is not an image classifier MIMO can widen."""
-    try:
-        MimoConfig(architecture, config.ensemble_size)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"config.methods names mimo, but {error}") from None
+def check_single_pass(
+    config: ml_collections.ConfigDict, names: Sequence[str], architecture: Any
+) -> None:
+    """Refuses the settings (`config[KIND]`) of each single-pass ensemble named that its kind
+    cannot build on `architecture` (`hydra_jax.models.kinds`: each kind's `check`)."""
+    for name in names:
+        kind = kinds.single_pass()[name]
+        if kind.check is None:
+            continue
+        try:
+            kind.check(architecture, config.ensemble_size, config[name])
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"config.methods names {name}, but {error}") from None
 
 
 def starting_point(
@@ -447,10 +441,10 @@ def _train(config: ml_collections.ConfigDict, workdir: Workdir) -> dict[str, Any
             data = load_data(plan.members_config, single)
     if base is not None and not plan.zero_shot:
         check_classes(base, config, data)
-    if base is not None and "packed_ensemble" in plan.efficient:  # before anything trains
-        check_packed(config, starting_point(base, config, data, 0).config)
-    if base is not None and "mimo" in plan.efficient:
-        check_mimo(config, starting_point(base, config, data, 0).config)
+    if plan.efficient:  # the single-pass ensembles' settings on this architecture
+        start = artefacts.scratch_config(config) if base is None else None
+        start = start or starting_point(base, config, data, 0).config
+        check_single_pass(config, plan.efficient, start)
     if plan.zero_shot:
         check_zero_shot(config, data)
         if base is not None:
@@ -564,12 +558,12 @@ def train_efficient(
     data: Data,
 ) -> Model:
     """The single-pass ensemble `kind`, started where member 0 starts (a Packed-Ensemble and
-    MIMO take only the architecture); a LoRA-Ensemble of a ViT trained from scratch adapts the
-    trained member 0 (a frozen backbone must have learnt something), with a new head per
-    member unless the checkpoint brought its own classifier."""
+    MIMO take only the architecture); a kind with a frozen backbone (LoRA-Ensemble) of a model
+    trained from scratch adapts the trained member 0 (a frozen backbone must have learnt
+    something), with a new head per member unless the checkpoint brought its own classifier."""
     seed = members.training_seed(config, 0)
     start = starting_point(base, config, data, seed)
-    if kind == "lora_ensemble" and base is None:
+    if kinds.single_pass()[kind].frozen_backbone and base is None:
         start = single
     own_head = base is not None and getattr(base.config, "num_labels", 0) > 0
     ensemble = members.efficient_ensemble(

@@ -21,16 +21,15 @@ from hydra_jax import ensembles
 from hydra_jax.convert.native import CONFIG_FILE, load_model, save_model
 from hydra_jax.data import Dataset, labelled_batches, subset, uncertainty_batches
 from hydra_jax.experiments.artefacts import hf_dir
-from hydra_jax.experiments.workdir import Workdir, split_names
+from hydra_jax.experiments.workdir import Workdir
 from hydra_jax.heads import UncertaintyBatches
-from hydra_jax.models import Model
+from hydra_jax.models import Model, kinds
 from hydra_jax.training import (
     Loss,
     TrainSettings,
     fit,
     make_optimizer,
     make_train_step,
-    mimo_loss,
     schedule_length,
 )
 
@@ -168,29 +167,21 @@ def efficient_settings(config: ml_collections.ConfigDict, kind: str) -> TrainSet
 def efficient_ensemble(
     config: ml_collections.ConfigDict, kind: str, model: Model, seed: int, fresh_heads: int
 ) -> Model:
-    """`config.ensemble_size` members of `kind` from `model` (a classifier), initialised with
-    `seed`. A LoRA-Ensemble gets `fresh_heads`-way member heads, one draw each (0: copies of
-    `model`'s own fine-tuned head); a Packed-Ensemble and MIMO take only `model`'s
-    architecture."""
-    c, M, key = config[kind], config.ensemble_size, jax.random.key(seed)
-    if kind == "batch_ensemble":
-        return ensembles.batch_ensemble(model, M, key, c.factor_std)
-    if kind == "packed_ensemble":
-        return ensembles.packed_ensemble(model.config, M, key, c.alpha, c.groups)
-    if kind == "mimo":
-        return ensembles.mimo(model.config, M, key)
-    targets = tuple(split_names(str(c.targets)))
-    return ensembles.lora_ensemble(
-        model, M, key, c.rank, c.alpha, targets, num_labels=fresh_heads or None
-    )
+    """`config.ensemble_size` members of the single-pass ensemble `kind` from `model` (a
+    classifier), initialised with `seed`, as its kind builds them from `config[kind]`
+    (`hydra_jax.models.kinds`): a LoRA-Ensemble gets `fresh_heads`-way member heads, one draw
+    each (0: copies of `model`'s own fine-tuned head); a Packed-Ensemble and MIMO take only
+    `model`'s architecture."""
+    build = kinds.hook(kinds.single_pass()[kind], "build")
+    key = jax.random.key(seed)
+    return build(model, config.ensemble_size, key, config[kind], fresh_heads or None)
 
 
 def efficient_loss(config: ml_collections.ConfigDict, kind: str, ensemble: Model) -> Loss | None:
-    """The training objective of `kind`: MIMO's (`config.mimo`: each member its own images),
-    else None (every member learns the labels of the batch)."""
-    if kind != "mimo":
-        return None
-    return mimo_loss(ensemble, config.mimo.repetitions, config.mimo.input_repetition)
+    """The training objective of `kind` from `config[kind]` (MIMO's: each member its own
+    images), or None: every member learns the labels of the batch."""
+    loss = kinds.hook(kinds.single_pass()[kind], "loss")
+    return None if loss is None else loss(ensemble, config[kind])
 
 
 def fit_efficient(

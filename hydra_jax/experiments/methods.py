@@ -3,10 +3,10 @@
 Each method is built from what a train stage left (`Trained`): the published member classifiers
 (`hf/member_M`), the saved fused Hydras and pruned members (`fused/S`, `pruned/S`) and the
 efficient ensembles (`efficient/KIND`: `batch_ensemble`, `lora_ensemble`, `packed_ensemble`,
-`mimo`). A new
-method is one function here and one line of `BUILDERS`: it returns a `Method`, a forward to
-`[B, M, C]` logits and its weights, and the prediction loop, metrics, costs and reports treat
-it like every other.
+`mimo`: every kind of `hydra_jax.models.kinds` with a method). A new method is one function
+here and one line of `BUILDERS` (a new single-pass ensemble is a kind instead): it returns a
+`Method`, a forward to `[B, M, C]` logits and its weights, and the prediction loop, metrics,
+costs and reports treat it like every other.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from hydra_jax.ensembles import STRATEGIES, baselines
 from hydra_jax.evaluation import Method
 from hydra_jax.experiments.artefacts import hf_dir, saved_method, zero_shot_dir
 from hydra_jax.experiments.workdir import Workdir, WorkdirError, split_names
-from hydra_jax.models import Model, with_dtype
+from hydra_jax.models import Model, kinds, with_dtype
 
 
 @dataclasses.dataclass
@@ -100,8 +100,8 @@ def pruned(name: str, trained: Trained) -> Method:
 
 
 def efficient(name: str, trained: Trained) -> Method:
-    """`batch_ensemble`, `lora_ensemble`, `packed_ensemble`, `mimo`: the single-pass ensemble the
-    members' train stage saved."""
+    """A single-pass ensemble (`batch_ensemble`, `lora_ensemble`, `packed_ensemble`, `mimo`, any
+    kind of `hydra_jax.models.kinds` with a method): the one the members' train stage saved."""
     return saved_method(name, trained.saved("efficient", name), trained.dtype)
 
 
@@ -111,23 +111,25 @@ BUILDERS: dict[str, Callable[[str, Trained], Method]] = {
     "mc_dropout": mc_dropout,
     **{f"hydra_{s}": hydra for s in STRATEGIES},
     **{f"pruned_{s}": pruned for s in STRATEGIES},
-    "batch_ensemble": efficient,
-    "lora_ensemble": efficient,
-    "packed_ensemble": efficient,
-    "mimo": efficient,
-}
+}  # and each single-pass ensemble kind's method (`builders`)
 # The methods that are members of a baselines run, not Hydra artefacts.
 MEMBER_METHODS = ("single", "deep_ensemble", "mc_dropout")
+
+
+def builders() -> dict[str, Callable[[str, Trained], Method]]:
+    """Every method by name: `BUILDERS` and the single-pass ensembles of `kinds.KINDS`."""
+    return {**BUILDERS, **dict.fromkeys(kinds.single_pass(), efficient)}
 
 
 def check_names(names: Sequence[str] | str, empty: bool = False) -> list[str]:
     """`names` (`split_names`) if every one is a known method; none only if `empty` (a study
     whose work is all analyses)."""
     names = split_names(names)
-    unknown = [n for n in names if n not in BUILDERS]
+    known = builders()
+    unknown = [n for n in names if n not in known]
     if (not names and not empty) or unknown:
         what = unknown or "no methods (and no analyses)"
-        raise ValueError(f"config.methods: {what}; known: {', '.join(sorted(BUILDERS))}")
+        raise ValueError(f"config.methods: {what}; known: {', '.join(sorted(known))}")
     return names
 
 
@@ -144,4 +146,5 @@ def strategies(config: ml_collections.ConfigDict) -> list[str]:
 
 def build(names: Sequence[str] | str, trained: Trained) -> list[Method]:
     """The methods `names`, in order, from `trained`."""
-    return [BUILDERS[name](name, trained) for name in check_names(names)]
+    known = builders()
+    return [known[name](name, trained) for name in check_names(names)]

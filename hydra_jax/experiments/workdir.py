@@ -27,13 +27,11 @@ from flax import traverse_util
 from hydra_jax import checks
 from hydra_jax.data.text import MIN_TOKENS
 from hydra_jax.experiments import migrations
+from hydra_jax.models import kinds
 from hydra_jax.models.sharding import barrier, is_primary
 
 # Keys that change no result: how a run is labelled, and the device mesh it is laid out on.
 COSMETIC_KEYS = frozenset({"title", "mesh.data", "mesh.member", "mesh.heads"})
-# The single-pass ensembles a study trains, each with its settings under its name (`mimo.`): a
-# recorded config whose methods do not name one trained none, so its settings now reproduce it.
-SINGLE_PASS = ("batch_ensemble", "lora_ensemble", "packed_ensemble", "mimo")
 LOCK_FILE = ".lock"
 CONFIG_FILE = "config.json"
 TIMINGS_FILE = "train_timings.json"  # the train stage's wall time per stage
@@ -96,7 +94,9 @@ def config_differences(config: ml_collections.ConfigDict, recorded: dict) -> lis
     now = flat(config)
     before = migrations.upgrade(flat(recorded), now)  # an older run's config read as today's
     recorded_methods = split_names(before.get("methods", []))
-    inert = tuple(f"{kind}." for kind in SINGLE_PASS if kind not in recorded_methods)
+    # A single-pass ensemble's settings are under its name (`mimo.`): a recorded run whose methods
+    # do not name one trained none, so its settings now reproduce it.
+    inert = tuple(f"{name}." for name in kinds.single_pass() if name not in recorded_methods)
     if inert:
         before = {k: v for k, v in now.items() if k.startswith(inert)} | before
     keys = sorted((set(now) | set(before)) - COSMETIC_KEYS)

@@ -1,7 +1,8 @@
 """Functional transformer models: the BERT family (BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
 ELECTRA, DistilBERT, DeBERTa-v2/v3), ModernBERT, ViT, DeiT, DINOv2 (with registers too), CLIP,
 SigLIP and ViT-BERT dual encoders, with a per-head mask; each architecture is one entry of the
-table `ARCHITECTURES`.
+table `ARCHITECTURES`; each kind of ensemble held in one network (a fused Hydra, BatchEnsemble,
+LoRA-Ensemble, Packed-Ensembles, MIMO) is one entry of the table `kinds.KINDS`.
 
 Axis letters, used in every einsum, shape comment and docstring of the package (never reused):
 
@@ -16,9 +17,9 @@ multiplies each head's context ``softmax(QK^T / sqrt(K)) V`` before the output p
 place where pruning, scoring and ensembling act.
 """
 
+from hydra_jax.models import kinds
 from hydra_jax.models.architectures import ARCHITECTURES, check_inputs, encoder_of, input_names
 from hydra_jax.models.config import (
-    ENSEMBLE_CONFIGS,
     BatchEnsembleConfig,
     BertConfig,
     CLIPClassifierConfig,
@@ -41,6 +42,7 @@ from hydra_jax.models.config import (
     SiglipVisionConfig,
     SiglipVisionTowerConfig,
     ViTConfig,
+    member_of,
 )
 from hydra_jax.models.model import Model, vision_tower, with_classifier, with_dtype
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
@@ -48,7 +50,6 @@ from hydra_jax.models.zero_shot import prompt_embeddings, prompts, zero_shot
 
 __all__ = [
     "ARCHITECTURES",
-    "ENSEMBLE_CONFIGS",
     "BatchEnsembleConfig",
     "BertConfig",
     "CLIPClassifierConfig",
@@ -78,6 +79,8 @@ __all__ = [
     "check_inputs",
     "encoder_of",
     "input_names",
+    "kinds",
+    "member_of",
     "prompt_embeddings",
     "prompts",
     "vision_tower",

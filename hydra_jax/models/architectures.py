@@ -24,7 +24,6 @@ import numpy as np
 from hydra_jax.models.bert import Bert
 from hydra_jax.models.clip import CLIP, LOGIT_SCALE_INIT, CLIPClassifier, CLIPVision
 from hydra_jax.models.config import (
-    ENSEMBLE_CONFIGS,
     SIGLIP_LOGIT_BIAS_INIT,
     SIGLIP_LOGIT_SCALE_INIT,
     ArchConfig,
@@ -39,6 +38,7 @@ from hydra_jax.models.config import (
     SiglipConfig,
     SiglipVisionTowerConfig,
     ViTConfig,
+    member_of,
 )
 from hydra_jax.models.dual_encoder import DualEncoder
 from hydra_jax.models.inputs import check_pixels, check_text, concrete, token_types
@@ -382,8 +382,7 @@ CLASSIFIER_PARAMS = (
 
 def architecture(config: ArchConfig) -> Architecture:
     """The table entry of `config`'s class (an ensemble: its members')."""
-    if isinstance(config, ENSEMBLE_CONFIGS):
-        config = config.member
+    config = member_of(config) or config
     if type(config) not in ARCHITECTURES:
         known = sorted(c.__name__ for c in ARCHITECTURES)
         raise TypeError(f"no architecture for {type(config).__name__}; known: {known}")
@@ -445,7 +444,7 @@ def with_tower_params(params: Params, path: Sequence[str], tower: Params) -> Par
 def single_tower(config: ArchConfig) -> Tower | None:
     """The one tower of a single-encoder family (BERT, ViT, a CLIP vision tower), else None."""
     towers = architecture(config).towers
-    return towers[""] if "" in towers and not isinstance(config, ENSEMBLE_CONFIGS) else None
+    return towers[""] if "" in towers and member_of(config) is None else None
 
 
 def encoder_of(config: ArchConfig) -> EncoderConfig:
@@ -459,7 +458,7 @@ def encoder_of(config: ArchConfig) -> EncoderConfig:
 def head_mask_encoders(config: ArchConfig) -> dict[str, EncoderConfig]:
     """Name of each head-mask argument -> the encoder it masks (none for a fused Hydra, whose
     members are already pruned)."""
-    if isinstance(config, ENSEMBLE_CONFIGS):
+    if member_of(config) is not None:
         return {}
     towers = architecture(config).towers.values()
     return {t.head_mask: tower_encoder(config, t) for t in towers}
@@ -477,7 +476,7 @@ def check_inputs(config: ArchConfig, inputs: Mapping[str, Any]) -> None:
     for name in ("input_ids", "pixel_values"):
         if inputs.get(name) is not None and np.shape(inputs[name])[:1] == (0,):
             raise ValueError(f"empty batch: {name} has shape {np.shape(inputs[name])}")
-    member = config.member if isinstance(config, ENSEMBLE_CONFIGS) else config
+    member = member_of(config) or config
     architecture(member).check(member, inputs)
     for name in ("head_mask", "text_head_mask", "vision_head_mask"):
         mask = inputs.get(name)

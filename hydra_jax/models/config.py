@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from hydra_jax import checks
 
@@ -550,17 +551,17 @@ class MimoConfig:
             )
 
 
-# Several members of one architecture run as one network: each has `member` and `num_members`.
+# Several members of one architecture run as one network: each has `member` and `num_members`
+# (`hydra_jax.models.kinds` is the table of these kinds).
 EnsembleConfig = (
     HydraConfig | BatchEnsembleConfig | LoraEnsembleConfig | PackedEnsembleConfig | MimoConfig
 )
-ENSEMBLE_CONFIGS = (
-    HydraConfig,
-    BatchEnsembleConfig,
-    LoraEnsembleConfig,
-    PackedEnsembleConfig,
-    MimoConfig,
-)
+
+
+def member_of(config: Any) -> Any:
+    """The members' architecture of an ensemble config (one holding `member` and
+    `num_members`), else None: `config` is one model's."""
+    return getattr(config, "member", None) if hasattr(config, "num_members") else None
 
 
 ArchConfig = (

@@ -85,6 +85,13 @@ def apply(
     return _member_logits(config, _run(one_image, params, inputs["pixel_values"], rng))
 
 
+def require(config: Any, what: str) -> MimoConfig:
+    """`config`, refused unless it is MIMO's."""
+    if not isinstance(config, MimoConfig):
+        raise TypeError(f"{what} takes a MIMO model, not {type(config).__name__}")
+    return config
+
+
 def check_settings(repetitions: int, input_repetition: float, prefix: str = "") -> None:
     """Refuses MIMO training settings by name (`prefix`: where a config holds them)."""
     checks.count(f"{prefix}repetitions", repetitions)

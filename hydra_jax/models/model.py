@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 
 from hydra_jax import checks
-from hydra_jax.models import efficient, fused, mimo, packed
+from hydra_jax.models import kinds
 from hydra_jax.models.architectures import (
     CLASSIFIER_PARAMS,
     PASSIVE_INPUTS,
@@ -21,17 +21,7 @@ from hydra_jax.models.architectures import (
     input_names,
     module_of,
 )
-from hydra_jax.models.config import (
-    ENSEMBLE_CONFIGS,
-    ArchConfig,
-    BatchEnsembleConfig,
-    EncoderConfig,
-    HydraConfig,
-    LoraEnsembleConfig,
-    MimoConfig,
-    PackedEnsembleConfig,
-    with_compute_dtype,
-)
+from hydra_jax.models.config import ArchConfig, EncoderConfig, member_of, with_compute_dtype
 from hydra_jax.models.inputs import check_head_mask
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
 
@@ -57,25 +47,13 @@ class Model:
     def init(cls, config: ArchConfig, rng: jax.Array) -> Model:
         """Randomly initialised weights (tests, training from scratch).
 
-        A fused Hydra is initialised as the fusion of M independently initialised members; a
-        BatchEnsemble or LoRA-Ensemble as the transform of one initialised member; a
-        Packed-Ensemble's members each as their family initialises a model (grouped layers: the
-        diagonal blocks); MIMO as its one network's family initialises it.
+        An ensemble as its kind initialises it (`hydra_jax.models.kinds`): a fused Hydra as the
+        fusion of M independently initialised members, a BatchEnsemble or LoRA-Ensemble as the
+        transform of one, ...
         """
-        if isinstance(config, HydraConfig):
-            keys = jax.random.split(rng, config.num_members)
-            members = [cls.init(config.member, k) for k in keys]
-            return cls(config, fused.fuse_params(config.member, [m.params for m in members]))
-        if isinstance(config, BatchEnsembleConfig | LoraEnsembleConfig):
-            model_key, adapter_key = jax.random.split(rng)
-            base = cls.init(config.member, model_key)
-            return cls(config, efficient.init_params(config, base.params, adapter_key))
-        if isinstance(config, PackedEnsembleConfig):
-            keys = jax.random.split(rng, config.num_members)
-            members = [cls.init(config.member, k).params for k in keys]
-            return cls(config, packed.init_params(config, members))
-        if isinstance(config, MimoConfig):  # one network, M times the channels and classes
-            return cls(config, cls.init(mimo.network(config), rng).params)
+        kind = kinds.kind_of(config)
+        if kind is not None:
+            return cls(config, kind.init(config, rng, lambda c, k: cls.init(c, k).params))
         params = module_of(config).init(rng, **dummy_inputs(config))["params"]
         return cls(config, params)
 
@@ -115,20 +93,13 @@ class Model:
                 check_head_mask(inputs[name], encoder, name)
         check_inputs(self.config, inputs)
         kwargs = {k: v for k, v in inputs.items() if k not in PASSIVE_INPUTS and v is not None}
-        if isinstance(self.config, ENSEMBLE_CONFIGS):
+        kind = kinds.kind_of(self.config)
+        if kind is not None:
             if output_attentions:
                 raise NotImplementedError(
                     f"a {type(self.config).__name__} model does not return attention maps"
                 )
-            if isinstance(self.config, HydraConfig):
-                return fused.apply(
-                    self.config, module_of(self.config.member), params, kwargs, dropout_rng
-                )
-            if isinstance(self.config, PackedEnsembleConfig):
-                return packed.apply(self.config, params, kwargs, dropout_rng)
-            if isinstance(self.config, MimoConfig):
-                return mimo.apply(self.config, params, kwargs, dropout_rng)
-            return efficient.apply(self.config, params, kwargs, dropout_rng)
+            return kind.apply(self.config, params, kwargs, dropout_rng)
         rngs = None if dropout_rng is None else {"dropout": dropout_rng}
         return self.module.apply(
             {"params": params},
@@ -224,10 +195,10 @@ def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
     checks.count("num_labels", num_labels)
     config, params = model.config, model.params
     as_classifier = architecture(config).image_classifier
-    if as_classifier is not None and not isinstance(config, ENSEMBLE_CONFIGS):
+    if as_classifier is not None and member_of(config) is None:
         config, params = as_classifier(config, params)
     new_head = architecture(config).head
-    if new_head is None or isinstance(config, ENSEMBLE_CONFIGS):
+    if new_head is None or member_of(config) is not None:
         raise TypeError(
             f"with_classifier takes BERT-family, ViT-family, CLIP, SigLIP or vision-tower models, "
             f"not {type(config).__name__}"
@@ -251,7 +222,7 @@ def vision_tower(model: Model) -> Model:
     """The vision tower of a CLIP model or a dual encoder as a model of its own: `embeds` are
     the projected image embeddings (before normalisation); shared weights, no copy."""
     take = architecture(model.config).vision_tower
-    if take is None or isinstance(model.config, ENSEMBLE_CONFIGS):
+    if take is None or member_of(model.config) is not None:
         raise TypeError(
             f"vision_tower takes a CLIP model or a dual encoder, not {type(model.config).__name__}"
         )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ from hydra_jax.models.architectures import (
     module_of,
     single_tower,
     tower_encoder,
+    weight_count,
     with_tower_encoder,
 )
 from hydra_jax.models.config import MemberConfig, PackedEnsembleConfig
@@ -183,3 +185,11 @@ def init_params(config: PackedEnsembleConfig, members: list[Params]) -> Params:
     """`{"members": stacked}` from M member weight trees of `config.member` (dense kernels)."""
     grouped = [grouped_params(config, p) for p in members]
     return {"members": jax.tree.map(lambda *leaves: jnp.stack(leaves), *grouped)}
+
+
+def parameter_count(config: PackedEnsembleConfig, member: Params) -> int:
+    """The ensemble's weight count from one member's weights (or their shapes): M dense members
+    less the off-diagonal blocks of each grouped layer."""
+    G, layers = config.groups, grouped_layers(config).values()
+    off_diagonal = sum(math.prod(d.kernel) * (G - 1) // G for d in layers)
+    return config.num_members * (weight_count(member) - off_diagonal)

@@ -1,0 +1,195 @@
+"""Ensemble kinds: one table entry per kind of model that holds M members in one network.
+
+A kind's config holds its members' architecture as `member` and their count as `num_members`
+(`config.member_of`); its entry in `KINDS` says everything the rest of the package asks of it:
+
+- `init(config, rng, init_member)`: random weights (`Model.init`), `init_member(config, rng)`
+  drawing one model's weights;
+- `apply(config, params, inputs, dropout_rng)`: every member in one pass, outputs with the
+  member axis second (`logits` `[B, M, C]`);
+- `trainable(config)`: which weights train (a `fit(trainable=...)` predicate);
+- `parameter_count(config, member)`: the ensemble's weight count by its formula from one
+  member's weights (or their shapes); None: the weights it stores;
+- `method`: the study method that builds it and its settings' key (`config[method]`), None for
+  the Hydra (whose methods are `hydra_S`);
+- `build(model, num_members, rng, settings, num_labels)`: the ensemble from a study's starting
+  model (`settings`: `config[method]`; `num_labels`: fresh member heads, or None for the
+  model's own), `loss(ensemble, settings)`: its training objective (None: every member learns
+  the batch's labels), `check(architecture, num_members, settings)`: refuses settings an
+  architecture cannot take, before anything trains. These are the study's hooks; a hook given
+  as "module:function" is resolved when it is called (`hook`), since study code lives above
+  this layer;
+- `from_scratch`: it takes only the architecture (no pretrained weights can seed it);
+  `frozen_backbone`: it adapts a frozen model, so where a study trains its members from scratch
+  it starts from the trained member 0.
+
+Saving and loading (`hj.save_model`) read the table for the config classes; a fused Hydra and
+every kind here have no HF format. A new kind is its own module (its config, init and apply)
+and one entry, registered with `register`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pkgutil
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from hydra_jax.models import efficient, fused, mimo, packed
+from hydra_jax.models.architectures import module_of
+from hydra_jax.models.config import (
+    BatchEnsembleConfig,
+    HydraConfig,
+    LoraEnsembleConfig,
+    MimoConfig,
+    PackedEnsembleConfig,
+    member_of,
+)
+
+Params = Any
+InitMember = Callable[[Any, jax.Array], Params]
+Hook = Callable[..., Any] | str
+
+
+def _every_weight(config: Any) -> Callable[[tuple[str, ...]], bool]:
+    del config
+    return lambda path: True
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """One ensemble kind's entry (the module docstring says what each field is)."""
+
+    name: str
+    init: Callable[[Any, jax.Array, InitMember], Params]
+    apply: Callable[[Any, Params, dict[str, Any], jax.Array | None], Any]
+    trainable: Callable[[Any], Callable[[tuple[str, ...]], bool]] = _every_weight
+    parameter_count: Callable[[Any, Params], int] | None = None
+    method: str | None = None
+    build: Hook | None = None
+    loss: Hook | None = None
+    check: Callable[[Any, int, Any], None] | None = None
+    from_scratch: bool = False
+    frozen_backbone: bool = False
+
+
+def _init_hydra(config: HydraConfig, rng: jax.Array, init_member: InitMember) -> Params:
+    """The fusion of M independently initialised members."""
+    keys = jax.random.split(rng, config.num_members)
+    return fused.fuse_params(config.member, [init_member(config.member, k) for k in keys])
+
+
+def _apply_hydra(config: HydraConfig, params: Params, inputs: dict, rng: jax.Array | None):
+    return fused.apply(config, module_of(config.member), params, inputs, rng)
+
+
+def _init_efficient(config: Any, rng: jax.Array, init_member: InitMember) -> Params:
+    """The transform of one initialised member."""
+    model_key, adapter_key = jax.random.split(rng)
+    return efficient.init_params(config, init_member(config.member, model_key), adapter_key)
+
+
+def _init_packed(config: PackedEnsembleConfig, rng: jax.Array, init_member: InitMember):
+    """Each member as its family initialises a model (grouped layers: the diagonal blocks)."""
+    keys = jax.random.split(rng, config.num_members)
+    return packed.init_params(config, [init_member(config.member, k) for k in keys])
+
+
+def _init_mimo(config: MimoConfig, rng: jax.Array, init_member: InitMember) -> Params:
+    """One network, M times the channels and classes, as its family initialises it."""
+    return init_member(mimo.network(config), rng)
+
+
+def _check_packed(architecture: Any, num_members: int, settings: Any) -> None:
+    packed.packed_member(architecture, num_members, settings["alpha"], settings["groups"])
+
+
+def _check_mimo(architecture: Any, num_members: int, settings: Any) -> None:
+    del settings
+    MimoConfig(architecture, num_members)
+
+
+_BUILD = "hydra_jax.ensembles.efficient"
+KINDS: dict[type, Kind] = {
+    HydraConfig: Kind("hydra", _init_hydra, _apply_hydra),
+    BatchEnsembleConfig: Kind(
+        "batch_ensemble",
+        _init_efficient,
+        efficient.apply,
+        efficient.trainable,
+        efficient.parameter_count,
+        method="batch_ensemble",
+        build=f"{_BUILD}:batch_ensemble_from",
+    ),
+    LoraEnsembleConfig: Kind(
+        "lora_ensemble",
+        _init_efficient,
+        efficient.apply,
+        efficient.trainable,
+        efficient.parameter_count,
+        method="lora_ensemble",
+        build=f"{_BUILD}:lora_ensemble_from",
+        frozen_backbone=True,
+    ),
+    PackedEnsembleConfig: Kind(
+        "packed_ensemble",
+        _init_packed,
+        packed.apply,
+        parameter_count=packed.parameter_count,
+        method="packed_ensemble",
+        build=f"{_BUILD}:packed_ensemble_from",
+        check=_check_packed,
+        from_scratch=True,
+    ),
+    MimoConfig: Kind(
+        "mimo",
+        _init_mimo,
+        mimo.apply,
+        parameter_count=mimo.parameter_count,
+        method="mimo",
+        build=f"{_BUILD}:mimo_from",
+        loss="hydra_jax.training:mimo_loss_from",
+        check=_check_mimo,
+        from_scratch=True,
+    ),
+}
+
+
+def kind_of(config: Any) -> Kind | None:
+    """The kind of an ensemble config, or None for one model's config.
+
+    Raises:
+      TypeError: a config with members (`member`, `num_members`) of no registered kind.
+    """
+    kind = KINDS.get(type(config))
+    if kind is None and member_of(config) is not None:
+        raise TypeError(f"{type(config).__name__} holds members but is no registered kind")
+    return kind
+
+
+def named(name: str) -> Kind:
+    """The kind called `name` (`"hydra"`, `"mimo"`, ...)."""
+    for kind in KINDS.values():
+        if kind.name == name:
+            return kind
+    raise KeyError(f"no ensemble kind {name!r}; kinds: {[k.name for k in KINDS.values()]}")
+
+
+def single_pass() -> dict[str, Kind]:
+    """The kinds a study builds as methods of their own, by method name."""
+    return {k.method: k for k in KINDS.values() if k.method is not None}
+
+
+def register(config_class: type, kind: Kind) -> None:
+    """Adds a kind: its config class (with `member` and `num_members`) and its entry."""
+    if config_class in KINDS:
+        raise ValueError(f"{config_class.__name__} is already the kind {KINDS[config_class].name}")
+    KINDS[config_class] = kind
+
+
+def hook(kind: Kind, name: str) -> Callable[..., Any] | None:
+    """The study hook `name` of `kind` (`build`, `loss`), resolved where given by name."""
+    value = getattr(kind, name)
+    return pkgutil.resolve_name(value) if isinstance(value, str) else value

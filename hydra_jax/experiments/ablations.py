@@ -61,12 +61,12 @@ def train(context: Context) -> None:
         seeds = members.member_seeds(context.plan.members_config, M)
         with workdir.stage(f"M={M} {strategy}"):
             sets = members.head_sets(config, strategy, single, train_set, seeds, num_members=M)
-            directory = workdir / "members" / name
+            directory = workdir.at("ablation_training", name=name)
             fine_tuned = members.fine_tuned_members(
                 single, sets, train_set, context.plan.hydra_settings, seeds, directory, steps
             )
         for m, member in enumerate(fine_tuned):
-            save_model(member, workdir / "saved" / name / f"member_{m}")
+            save_model(member, workdir.at("ablation_member", name=name, m=m))
         record[name] = sets.astype(int).tolist()
     workdir.write_json(HEAD_SETS_FILE, record)
 
@@ -105,7 +105,7 @@ def evaluate(context: Context) -> tuple[dict[str, Any], list[str]]:
         name = row_name(M, strategy)
         sets = np.array(record[name], bool)
         with workdir.stage(f"evaluate M={M} {strategy}"):
-            saved = [workdir / "saved" / name / f"member_{m}" for m in range(M)]
+            saved = [workdir.at("ablation_member", name=name, m=m) for m in range(M)]
             fine_tuned = [load_model(workdir.require(path, "saved member")) for path in saved]
             fused = ensembles.fuse(fine_tuned)
             methods = {
@@ -140,7 +140,7 @@ def evaluate(context: Context) -> tuple[dict[str, Any], list[str]]:
                     }
                 )
     if is_primary():  # several processes: one writes
-        _plots(workdir / "plots", rows)
+        _plots(workdir.at("plots"), rows)
     return {"rows": rows}, section(rows)
 
 

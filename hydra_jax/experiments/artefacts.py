@@ -17,18 +17,19 @@ from hydra_jax.convert import from_pretrained, save_pretrained
 from hydra_jax.convert.native import load_model
 from hydra_jax.evaluation import Method, logits_forward
 from hydra_jax.experiments.study_data import checkpoint_dir, num_classes
+from hydra_jax.experiments.workdir import layout
 from hydra_jax.models import EncoderConfig, Model, ViTConfig, with_dtype
 from hydra_jax.models.sharding import barrier, is_primary, to_host
 
 
 def hf_dir(workdir: Path, member: int) -> Path:
     """Where a study publishes member `member`'s classifier."""
-    return Path(workdir) / "hf" / f"member_{member}"
+    return layout(workdir, "member", m=member)
 
 
 def zero_shot_dir(workdir: Path) -> Path:
     """Where a zero-shot study saves its classifier (our format: it has no HF class)."""
-    return Path(workdir) / "zero_shot"
+    return layout(workdir, "zero_shot")
 
 
 def base_model(config: ml_collections.ConfigDict) -> Model:

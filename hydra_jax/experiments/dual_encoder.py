@@ -21,14 +21,14 @@ import numpy as np
 from hydra_jax.data import Dataset, TextEncoder
 from hydra_jax.experiments import artefacts, study_data
 from hydra_jax.experiments.members import training_seed
-from hydra_jax.experiments.workdir import Workdir
+from hydra_jax.experiments.workdir import Workdir, layout
 from hydra_jax.models import DualEncoderConfig, Model, prompts
 from hydra_jax.training import TrainSettings, fit, locked_text_contrastive_loss
 
 
 def hf_dir(workdir: Path) -> Path:
     """Where the trained dual encoder is published."""
-    return Path(workdir) / "hf" / "dual_encoder"
+    return layout(workdir, "dual_encoder")
 
 
 def initial_model(config: ml_collections.ConfigDict) -> Model:

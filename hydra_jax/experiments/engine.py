@@ -63,7 +63,7 @@ from hydra_jax.experiments import (
 )
 from hydra_jax.experiments.analyses import Analysis, Context
 from hydra_jax.experiments.evaluators import evaluate_methods, standard
-from hydra_jax.experiments.workdir import CONFIG_FILE, Workdir, split_names
+from hydra_jax.experiments.workdir import CONFIG_FILE, Workdir, layout, split_names
 from hydra_jax.models import Model, kinds, with_classifier, zero_shot
 from hydra_jax.models.architectures import architecture
 from hydra_jax.models.sharding import barrier, is_primary, make_mesh
@@ -386,7 +386,7 @@ def zero_shot_classifier(
 def saved_path(workdir: Path, method: str) -> Path:
     """Where `train` saves method `hydra_S` (the fused network) or `pruned_S` (member 0)."""
     kind, strategy = method.split("_", 1)
-    return Path(workdir) / ("fused" if kind == "hydra" else "pruned") / strategy
+    return layout(workdir, "hydra" if kind == "hydra" else "pruned", strategy=strategy)
 
 
 def run(
@@ -533,7 +533,7 @@ def build_hydras(
             if plan.zero_shot:
                 pruned = ensembles.members_from(single, sets)
             else:
-                directory = workdir / "hydra_members" / strategy
+                directory = workdir.at("hydra_member_training", strategy=strategy)
                 pruned = members.fine_tuned_members(
                     single, sets, train_set, plan.hydra_settings, seeds, directory, steps
                 )
@@ -542,7 +542,7 @@ def build_hydras(
             with workdir.stage(f"{strategy}: fine-tune fused"):
                 settings = plan.fused_settings
                 step_fn = members.shared_step(steps, fused, len(train_set), settings)
-                directory = workdir / "fused_training" / strategy
+                directory = workdir.at("fused_training", strategy=strategy)
                 fused = fit(fused, train_set, settings, directory, step_fn=step_fn)
         save_model(fused, saved_path(workdir.path, f"hydra_{strategy}"))
         save_model(pruned[0], saved_path(workdir.path, f"pruned_{strategy}"))

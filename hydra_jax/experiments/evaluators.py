@@ -171,14 +171,14 @@ def evaluate_methods(
         with workdir.stage(f"predict {method.name}"):
             predictions = predictions_of(method, study, config.eval.batch_size)
         if is_primary():
-            save_predictions(workdir / "predictions" / f"{method.name}.npz", predictions)
+            save_predictions(workdir.at("predictions", method=method.name), predictions)
             _plots(workdir, method.name, predictions, list(study.ood))
         results[method.name] = {e.key: e(predictions, method) for e in evaluators}
     return results, [e.section(results) for e in evaluators]
 
 
 def _plots(workdir: Workdir, name: str, predictions: Predictions, ood_sets: list[str]) -> None:
-    directory = workdir / "plots"
+    directory = workdir.at("plots")
     directory.mkdir(parents=True, exist_ok=True)
     report.reliability_plot(
         directory / f"reliability_{name}.png",

@@ -118,7 +118,7 @@ def fit_classifiers(
         published = (path / "config.json").is_file()  # finished before
         with workdir.stage(f"train member {m} (seed {seed})", record=not published):
             member_settings = dataclasses.replace(settings, seed=seed)
-            directory = workdir / "members" / f"member_{m}"
+            directory = workdir.at("member_training", m=m)
             model = fit(model, train, member_settings, directory, step_fn=step_fn)
             publish(model, path)
         models.append(model)
@@ -195,12 +195,12 @@ def fit_efficient(
     """`ensemble` trained on `train` with `loss` (resuming in `efficient_training/KIND`; a
     LoRA-Ensemble's backbone frozen) and saved to `efficient/KIND`; one an earlier run saved is
     loaded and keeps that run's time."""
-    path = workdir.path / "efficient" / kind
+    path = workdir.at("efficient", kind=kind)
     done = (path / CONFIG_FILE).is_file()
     with workdir.stage(f"train {kind}", record=not done):
         if done:
             return load_model(path)
-        directory = workdir / "efficient_training" / kind
+        directory = workdir.at("efficient_training", kind=kind)
         ensemble = fit(
             ensemble, train, settings, directory, loss=loss, trainable=ensembles.trainable(ensemble)
         )

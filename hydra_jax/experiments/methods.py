@@ -59,7 +59,8 @@ class Trained:
         `efficient` ensemble `strategy` (in `members`: `batch_ensemble`, `lora_ensemble`,
         `packed_ensemble`, `mimo`)."""
         workdir = self.members if kind == "efficient" else self.hydras
-        path = workdir / kind / strategy
+        where = {"fused": "hydra", "pruned": "pruned", "efficient": "efficient"}[kind]
+        path = workdir.at(where, strategy=strategy, kind=strategy)
         if not (path / CONFIG_FILE).is_file():
             what = {
                 "fused": "a fused Hydra of strategy",

@@ -219,9 +219,9 @@ def evaluate(context: Context) -> tuple[dict[str, Any], list[str]]:
         "stability_definition": "ours: % of ID test examples predicted as the unpruned model does",
     }
     if is_primary():  # several processes: one writes
-        _plot_curves(workdir / "plots", settings, curves)
+        _plot_curves(workdir.at("plots"), settings, curves)
         _plot_scores(
-            workdir / "plots",
+            workdir.at("plots"),
             {
                 "HIS": his,
                 "AE (entropy)": entropy,

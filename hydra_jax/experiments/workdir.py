@@ -32,6 +32,23 @@ from hydra_jax.models.sharding import barrier, is_primary
 
 # Keys that change no result: how a run is labelled, and the device mesh it is laid out on.
 COSMETIC_KEYS = frozenset({"title", "mesh.data", "mesh.member", "mesh.heads"})
+# The workdir's layout: every folder and file a study writes, by what it holds (`layout`).
+LAYOUT = {
+    "member": "hf/member_{m}",  # member m's published classifier (an HF directory)
+    "member_training": "members/member_{m}",  # its checkpoints and training logs
+    "dual_encoder": "hf/dual_encoder",  # a dual encoder trained here (zero-shot)
+    "zero_shot": "zero_shot",  # the zero-shot classifier (our format)
+    "hydra": "fused/{strategy}",  # the fused Hydra of a strategy
+    "pruned": "pruned/{strategy}",  # its member 0 alone
+    "hydra_member_training": "hydra_members/{strategy}",  # its members' fine-tuning
+    "fused_training": "fused_training/{strategy}",  # the fused network's fine-tuning
+    "efficient": "efficient/{kind}",  # a single-pass ensemble
+    "efficient_training": "efficient_training/{kind}",
+    "ablation_training": "members/{name}",  # an ablation Hydra's members' fine-tuning
+    "ablation_member": "saved/{name}/member_{m}",  # and each member saved
+    "predictions": "predictions/{method}.npz",  # a method's saved predictions
+    "plots": "plots",
+}
 LOCK_FILE = ".lock"
 CONFIG_FILE = "config.json"
 TIMINGS_FILE = "train_timings.json"  # the train stage's wall time per stage
@@ -78,6 +95,11 @@ def flat(config: ml_collections.ConfigDict | dict) -> dict[str, Any]:
     tree = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else config
     items = traverse_util.flatten_dict(tree, sep=".").items()
     return {k: json.loads(json.dumps(v)) for k, v in items}
+
+
+def layout(root: Path | str, what: str, **names: Any) -> Path:
+    """Where a workdir `root` holds `what` (a key of `LAYOUT`), its names filled in."""
+    return Path(root) / LAYOUT[what].format(**names)
 
 
 def split_names(names: Sequence[str] | str) -> list[str]:
@@ -131,6 +153,10 @@ class Workdir:
 
     def __truediv__(self, name: str) -> Path:
         return self.path / name
+
+    def at(self, what: str, **names: Any) -> Path:
+        """Where this workdir holds `what` (`LAYOUT`), e.g. `at("hydra", strategy="taylor")`."""
+        return layout(self.path, what, **names)
 
     def __str__(self) -> str:
         return str(self.path)

@@ -30,7 +30,7 @@ import hydra_jax as hj
 from configs import custom as custom_config
 from hydra_jax import testing
 from hydra_jax.data.files import DataError
-from hydra_jax.experiments import engine
+from hydra_jax.experiments import engine, study_inputs
 from hydra_jax.models import (
     BertConfig,
     CLIPClassifierConfig,
@@ -287,7 +287,7 @@ def test_a_zero_shot_hydra_on_a_dual_encoder(tmp_path, vit_dir, family):
     study.model = str(path)
     study.zero_shot.held_out = ("dark",)  # kept out of head selection, reported apart
     study.calibration_size = 8  # the training images of the seen class
-    assert set(engine.load_data(study).study.train.labels) == {0}
+    assert set(study_inputs.load_data(study).study.train.labels) == {0}
     engine.train(study, run)
     results = engine.evaluate(study, run)
     assert set(results["methods"]) == {"single", "pruned_taylor", "hydra_taylor"}

@@ -34,7 +34,7 @@ from hydra_jax import metrics, testing
 from hydra_jax.data import random_tokens
 from hydra_jax.ensembles import STRATEGIES
 from hydra_jax.evaluation import method_metrics, predict, softmax, xla_flops
-from hydra_jax.experiments import engine, members, methods, study_data
+from hydra_jax.experiments import engine, members, methods, plan, study_data
 from hydra_jax.experiments.workdir import Workdir, WorkdirError, flat
 from hydra_jax.models import BertConfig, EncoderConfig
 
@@ -249,7 +249,7 @@ def test_every_variant_of_every_config_can_run(module):
             config = module.get_config(variant)
         except ValueError:  # a config without this variant
             continue
-        names, strategies, analyses = engine.check(config)
+        names, strategies, analyses = plan.check(config)
         assert (names or analyses) and set(strategies) <= set(STRATEGIES)
         assert set(analyses) <= set(engine.ANALYSES)
 

@@ -1,7 +1,7 @@
 """Analyses: a study's work on its member 0 beyond the rows of its methods.
 
 A study config lists its analyses by name (`analyses`: `pruning_curves`, `ablations`; the
-registry is `engine.ANALYSES`). Each is three functions over one `Context`: `check` refuses
+registry is `plan.ANALYSES`). Each is three functions over one `Context`: `check` refuses
 bad settings before the workdir is claimed, `train` writes its artefacts in the workdir (scores,
 fine-tuned members), `evaluate` only reads them and returns its part of `results.json` (top-level
 keys of its own) and its section of `report.md`. The engine loads the members and the data,

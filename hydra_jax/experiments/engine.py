@@ -23,7 +23,8 @@ A study config declares the work (every file of `configs/`); `train` does it, in
 4. **Analyses** (`analyses`: `pruning_curves`, `ablations`; `ANALYSES`): their train step on
    member 0.
 
-The data (`load_data`) are the embedded sets of the paper studies (`data.id_set`,
+What a config asks for and every check before the first step are in `plan`; the data
+(`study_inputs.load_data`) are the embedded sets of the paper studies (`data.id_set`,
 `data.ood_sets`: `study_data`) or your files (`data.train`, `data.test`, ...: `user_files`);
 the classes `zero_shot.held_out` names are taken out of the training and validation sets.
 `evaluate` loads what `train` wrote and never trains: every method of `methods` goes through the
@@ -36,285 +37,42 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jax
 import ml_collections
-import numpy as np
 
 from hydra_jax import ensembles
 from hydra_jax.convert import from_pretrained
 from hydra_jax.convert.native import save_model
 from hydra_jax.data import Dataset, TextEncoder
-from hydra_jax.data.files import ClassNames, DataError
-from hydra_jax.ensembles import STRATEGIES
+from hydra_jax.data.files import DataError
 from hydra_jax.evaluation import report
 from hydra_jax.experiments import (
-    ablations,
     artefacts,
     dual_encoder,
     members,
     methods,
-    pruning,
-    study_data,
-    user_files,
 )
-from hydra_jax.experiments.analyses import Analysis, Context
+from hydra_jax.experiments.analyses import Context
 from hydra_jax.experiments.evaluators import evaluate_methods, standard
-from hydra_jax.experiments.workdir import CONFIG_FILE, Workdir, layout, split_names
+from hydra_jax.experiments.plan import (
+    ANALYSES,
+    Plan,
+    check_analyses_on,
+    check_calibration,
+    check_classes,
+    check_single_pass,
+    check_zero_shot,
+)
+from hydra_jax.experiments.study_inputs import Data, checkpoint, held_out, load_data
+from hydra_jax.experiments.workdir import CONFIG_FILE, Workdir, layout
 from hydra_jax.models import Model, kinds, with_classifier, zero_shot
 from hydra_jax.models.architectures import architecture
 from hydra_jax.models.sharding import barrier, is_primary, make_mesh
-from hydra_jax.training import TrainSettings, fit
-
-
-@dataclasses.dataclass(frozen=True)
-class Data:
-    """A study's sets, and what its data decide besides: the number of classes, their names
-    (labelled files), the tokenizer (text) and the ID and pooled OOD validation sets (read when
-    first asked for, once; None where the study has none)."""
-
-    study: study_data.StudyData
-    num_classes: int
-    id_validation: Callable[[], Dataset | None]
-    ood_validation: Callable[[], Dataset | None]
-    classes: ClassNames | None = None
-    encoder: TextEncoder | None = None
-
-    def validation(self) -> tuple[Dataset | None, Dataset | None]:
-        """Circuit search's ID and pooled OOD validation sets."""
-        return self.id_validation(), self.ood_validation()
-
-
-def from_files(config: ml_collections.ConfigDict) -> bool:
-    """Whether the study reads your files (`data.train`, ...) rather than the embedded sets."""
-    return "id_set" not in config.data
-
-
-def load_data(config: ml_collections.ConfigDict, model: Model | None = None) -> Data:
-    """The data of `config`, the config the members are trained under; with a text `model`,
-    its vocabulary is checked against the tokenizer. The classes `zero_shot.held_out` names are
-    taken out of the training and ID validation sets (`seen_only`).
-
-    Raises:
-      DataError: a file split that cannot be used, named with its file and problem; a held-out
-        class the data do not have.
-    """
-    if from_files(config):
-        user = user_files.load(config)
-        if model is not None and user.encoder is not None:
-            study_data.check_vocabulary(user.encoder, model, Path(config.model))
-        data = Data(
-            user.study,
-            len(user.classes.names),
-            lambda: user.validation,
-            lambda: user.ood_validation,
-            user.classes,
-            user.encoder,
-        )
-    else:
-        names = study_data.CLASS_NAMES.get(config.data.id_set)
-        data = Data(
-            study_data.load_data(config, model),
-            study_data.num_classes(config),
-            functools.cache(functools.partial(study_data.id_validation, config)),
-            functools.cache(functools.partial(study_data.ood_validation, config)),
-            ClassNames(names) if names else None,
-        )
-    held = held_out(config, data)
-    return seen_only(data, np.array(list(held.values()), int)) if held else data
-
-
-def held_out(config: ml_collections.ConfigDict, data: Data) -> dict[str, int]:
-    """The classes `zero_shot.held_out` names, each with its index (none where it names none).
-
-    Raises:
-      DataError: a name that is not one of the data's classes.
-    """
-    names = config.zero_shot.get("held_out", ()) if config.get("zero_shot") else ()
-    known = data.classes.names if data.classes else ()
-    unknown = sorted(set(names) - set(known))
-    if unknown:
-        raise DataError(
-            f"zero_shot.held_out names unknown classes {unknown}; classes: {list(known)}"
-        )
-    return {name: known.index(name) for name in names}
-
-
-def seen_only(data: Data, held: np.ndarray) -> Data:
-    """`data` whose training and ID validation sets hold none of the classes `held`: nothing of
-    a held-out class reaches a model, not even through head selection."""
-
-    def seen(dataset: Dataset | None) -> Dataset | None:
-        if dataset is None:
-            return None
-        return dataset.take(np.nonzero(~np.isin(dataset.labels, held))[0])
-
-    study = dataclasses.replace(data.study, train=seen(data.study.train))
-    validation = data.id_validation
-    seen_validation = functools.cache(lambda: seen(validation()))
-    return dataclasses.replace(data, study=study, id_validation=seen_validation)
-
-
-def checkpoint(config: ml_collections.ConfigDict) -> Path | None:
-    """The checkpoint the members start from: `model` (a local HF directory) or `checkpoint`
-    ("": the embedded MiniLM); None when `model` describes a ViT trained from scratch."""
-    model = config.get("model", "")
-    if isinstance(model, ml_collections.ConfigDict):
-        return None
-    if from_files(config):
-        if not model:
-            raise ValueError(
-                "config.model is not set: give a local HF directory, --config.model=DIR"
-            )
-        return Path(model)
-    return study_data.checkpoint_dir(config)
-
-
-def zero_shot_enabled(config: ml_collections.ConfigDict) -> bool:
-    return bool(config.get("zero_shot") and config.zero_shot.enabled)
-
-
-# What a zero-shot study can run: it trains no classifier.
-ZERO_SHOT_METHODS = ("single", *(f"{kind}_{s}" for kind in ("pruned", "hydra") for s in STRATEGIES))
-
-# The analyses a study can list (`analyses`): work on member 0 beyond the methods' rows.
-ANALYSES: dict[str, Analysis] = {
-    "pruning_curves": Analysis(pruning.train, pruning.evaluate, pruning.check),
-    "ablations": Analysis(ablations.train, ablations.evaluate, ablations.check),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """What a study config asks `train` for, checked before a workdir is touched.
-
-    `workdir` holds the members (this run's, or `base_workdir`'s), trained under
-    `members_config`; the settings are those of the members, the Hydra members and the fused
-    network (None: not fine-tuned)."""
-
-    methods: list[str]
-    strategies: list[str]
-    analyses: list[str]
-    efficient: list[str]
-    workdir: Workdir
-    members_config: ml_collections.ConfigDict
-    trains_members: bool
-    zero_shot: bool
-    member_settings: TrainSettings
-    hydra_settings: TrainSettings
-    fused_settings: TrainSettings | None
-
-    @classmethod
-    def of(cls, config: ml_collections.ConfigDict, workdir: Workdir) -> Plan:
-        names, strategies, analyses = check(config)
-        trains_members = not config.get("base_workdir")
-        base = workdir if trains_members else Workdir(config.base_workdir)
-        members_config = config if trains_members else base.recorded()
-        train = members_config.train.to_dict()
-        member_train = config.get("member_train")
-        hydra_settings = TrainSettings(**{**train, **(member_train or {})})
-        fused = config.get("fused_train")
-        fused_settings = None  # optional: the fused network fine-tuned as a whole
-        if fused is not None and fused.epochs > 0:
-            fused_settings = TrainSettings(**{**hydra_settings.__dict__, **fused.to_dict()})
-        efficient = [n for n in names if n in kinds.single_pass()] if trains_members else []
-        for kind in efficient:
-            members.efficient_settings(config, kind)
-        return cls(
-            names,
-            strategies,
-            analyses,
-            efficient,
-            base,
-            members_config,
-            trains_members,
-            zero_shot_enabled(config),
-            TrainSettings(**train),
-            hydra_settings,
-            fused_settings,
-        )
-
-
-def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[str], list[str]]:
-    """The methods, member strategies and analyses of a study config, if they can run together.
-
-    Raises:
-      ValueError: no methods and no analyses; an unknown method or analysis; a method that
-        trains in a zero-shot study; HIES alphas that are not one per member.
-    """
-    if "experiment" in config:
-        raise ValueError(
-            "config.experiment is gone: every study runs on the study engine. "
-            "Name its rows in config.methods and its other work in "
-            f"config.analyses ({', '.join(ANALYSES)})"
-        )
-    analyses = check_analyses(config.get("analyses", ()))
-    names = methods.check_names(config.methods, empty=bool(analyses))
-    strategies = methods.strategies(config)
-    needs_training = [n for n in names if n not in ZERO_SHOT_METHODS]
-    if zero_shot_enabled(config) and needs_training:
-        raise ValueError(
-            f"zero_shot.enabled trains no classifier, so {needs_training} cannot "
-            "run; zero-shot methods: single, pruned_S, hydra_S"
-        )
-    given = config.get("hies_alphas", ())
-    if "hies" in strategies and given and len(given) != config.num_members:
-        raise ValueError(
-            f"config.hies_alphas has {len(config.hies_alphas)} alphas for "
-            f"{config.num_members} members: give one per member, or none (evenly spaced)"
-        )
-    return names, strategies, analyses
-
-
-def check_analyses_on(
-    config: ml_collections.ConfigDict, workdir: Workdir, plan: Plan, single: Model, data: Data
-) -> None:
-    """Runs the `check` of every analysis of `plan` on member 0 (`single`)."""
-    for name in plan.analyses:
-        ANALYSES[name].check(Context(config, workdir, plan, single, data))
-
-
-def check_analyses(names: Sequence[str] | str) -> list[str]:
-    """`names` (`split_names`) if every one is a known analysis."""
-    names = split_names(names)
-    unknown = [n for n in names if n not in ANALYSES]
-    if unknown:
-        raise ValueError(f"config.analyses: {unknown}; known: {', '.join(ANALYSES)}")
-    return names
-
-
-def check_calibration(config: ml_collections.ConfigDict, plan: Plan, calibration: Dataset) -> None:
-    """Refuses a `calibration_size` larger than the set head scores draw it from, where a
-    strategy, the ablations or the pruning curves score heads on it."""
-    strategies = [*plan.strategies]
-    if "ablations" in plan.analyses:
-        strategies += config.ablations.strategies
-    scored = "pruning_curves" in plan.analyses or any(
-        STRATEGIES.get(s) == "calibration" for s in strategies
-    )
-    if scored and config.calibration_size > len(calibration):
-        raise ValueError(
-            f"calibration_size is {config.calibration_size}, but the set head scores are "
-            f"drawn from has {len(calibration)} examples: give at most {len(calibration)}"
-        )
-
-
-def check_single_pass(
-    config: ml_collections.ConfigDict, names: Sequence[str], architecture: Any
-) -> None:
-    """Refuses the settings (`config[KIND]`) of each single-pass ensemble named that its kind
-    cannot build on `architecture` (`hydra_jax.models.kinds`: each kind's `check`)."""
-    for name in names:
-        kind = kinds.single_pass()[name]
-        if kind.check is None:
-            continue
-        try:
-            kind.check(architecture, config.ensemble_size, config[name])
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"config.methods names {name}, but {error}") from None
+from hydra_jax.training import fit
 
 
 def starting_point(
@@ -328,34 +86,6 @@ def starting_point(
     if getattr(base.config, "num_labels", 0):  # 0: no classifier (or a SigLIP model)
         return base
     return with_classifier(base, data.num_classes, jax.random.key(seed))
-
-
-def check_classes(base: Model, config: ml_collections.ConfigDict, data: Data) -> None:
-    """Refuses a checkpoint whose own classifier has another number of classes than the data."""
-    own = getattr(base.config, "num_labels", 0)
-    if own and own != data.num_classes:
-        names = f": {list(data.classes.names)}" if data.classes else ""
-        raise DataError(
-            f"the classifier of {checkpoint(config)} has {own} classes but "
-            f"the data have {data.num_classes}{names}"
-        )
-
-
-def check_zero_shot(config: ml_collections.ConfigDict, data: Data) -> None:
-    """Refuses zero-shot prompts for data that are text or whose classes have no names.
-
-    Raises:
-      DataError: text data, or classes without names (integer labels).
-    """
-    source = config.data.get("train") or config.data.id_set
-    if data.encoder is not None or data.classes is None:
-        raise DataError(f"zero-shot classifies images; {source} holds text")
-    names = data.classes.names
-    if all(name.isdigit() for name in names):
-        raise DataError(
-            f"zero-shot prompts need class names, but {source} labels its classes "
-            f"{list(names)}: use string labels or class folders"
-        )
 
 
 def zero_shot_classifier(

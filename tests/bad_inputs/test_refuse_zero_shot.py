@@ -13,7 +13,7 @@ import pytest
 import hydra_jax as hj
 from hydra_jax import metrics
 from hydra_jax.data.files import ClassNames, DataError
-from hydra_jax.experiments import engine
+from hydra_jax.experiments import study_inputs
 from hydra_jax.models import DualEncoderConfig
 
 
@@ -25,7 +25,8 @@ def c(c):
     c.dual = hj.Model.init(DualEncoderConfig(c.vision, c.text, 5), jax.random.key(4))
     c.tokenize = lambda texts: {"input_ids": np.ones((len(texts), 3), np.int32)}
     c.config = ml_collections.ConfigDict({"zero_shot": {"held_out": ("trousers",)}})
-    c.classes = engine.Data(None, 2, lambda: None, lambda: None, ClassNames(("shirt", "trouser")))
+    names = ClassNames(("shirt", "trouser"))
+    c.classes = study_inputs.Data(None, 2, lambda: None, lambda: None, names)
     return c
 
 
@@ -67,7 +68,7 @@ CASES = [
         id="vision tower projecting a missing pooler",
     ),
     pytest.param(
-        lambda c: engine.held_out(c.config, c.classes),
+        lambda c: study_inputs.held_out(c.config, c.classes),
         DataError,
         "zero_shot.held_out names unknown classes ['trousers']; classes: ['shirt', 'trouser']",
         id="held-out class that does not exist",

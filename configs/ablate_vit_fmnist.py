@@ -21,6 +21,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         raise ValueError(f"unknown config variant {arg!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
     c.title = "Hydra ablations: ViT on Fashion-MNIST"
+    c.members_from = "workdir"  # the members `base_workdir` trained
     c.base_workdir = "runs/vit_fmnist"
     c.methods = ()  # no rows of methods: the study is its analysis
     c.analyses = ("ablations",)

@@ -37,6 +37,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         raise ValueError(f"unknown config variant {variant!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
     c.title = "Hydra Ensembles: MiniLM-L6 on Rotten Tomatoes sentences"
+    c.members_from = "workdir"  # the members `base_workdir` trained
     c.base_workdir = "runs/minilm_mr"
     c.num_members = 3
     c.strategies = ("taylor", "circuit", "hies", "stratified")

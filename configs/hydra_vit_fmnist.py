@@ -29,6 +29,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         raise ValueError(f"unknown config variant {variant!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
     c.title = "Hydra Ensembles: ViT on Fashion-MNIST"
+    c.members_from = "workdir"  # the members `base_workdir` trained
     c.base_workdir = "runs/vit_fmnist"
     c.num_members = 3
     c.strategies = ("taylor", "circuit", "hies", "stratified")

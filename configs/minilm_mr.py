@@ -38,11 +38,13 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         raise ValueError(f"unknown config variant {variant!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
     c.title = "MiniLM-L6 on Rotten Tomatoes sentences"
+    c.members_from = "checkpoint"  # fine-tuned from `checkpoint`
     c.seed = int(seed or 0)  # the study seed: every training seed is offset by 1000 * seed
     c.checkpoint = ""  # a local HF directory; "" = the embedded all-MiniLM-L6-v2
     c.data_dir = ""  # "" = $HYDRA_JAX_DATA or ~/.cache/hydra_jax
     c.data = ml_collections.ConfigDict(
         dict(
+            source="embedded",  # the study's own sets (`id_set`, `ood_sets`)
             id_set="movie_reviews",
             ood_sets=("nyt_editorials", "tweets", "amazon_reviews"),
             max_tokens=64,

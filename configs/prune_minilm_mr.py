@@ -27,6 +27,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         raise ValueError(f"unknown config variant {arg!r}; use '' or 'smoke'")
     c = ml_collections.ConfigDict()
     c.title = "Head pruning curves: MiniLM-L6 on Rotten Tomatoes sentences"
+    c.members_from = "workdir"  # the members `base_workdir` trained
     c.base_workdir = "runs/minilm_mr"
     c.calibration_size = 32
     c.calibration_seed = 0

@@ -22,6 +22,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         raise ValueError(f"unknown config variant {arg!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
     c.title = "Head pruning curves: ViT on Fashion-MNIST"
+    c.members_from = "workdir"  # the members `base_workdir` trained
     c.base_workdir = "runs/vit_fmnist"
     c.calibration_size = 64
     c.calibration_seed = 0

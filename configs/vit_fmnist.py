@@ -35,6 +35,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         raise ValueError(f"unknown config variant {variant!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
     c.title = "ViT from scratch on Fashion-MNIST"
+    c.members_from = "scratch"  # trained from scratch: the ViT `model` describes
     c.seed = int(seed or 0)
     c.data_dir = ""  # "" = $HYDRA_JAX_DATA or ~/.cache/hydra_jax
     c.model = ml_collections.ConfigDict(
@@ -43,6 +44,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     )  # fmt: skip
     c.data = ml_collections.ConfigDict(
         dict(
+            source="embedded",  # the study's own sets (`id_set`, `ood_sets`)
             id_set="fashion_mnist",
             ood_sets=("mnist", "digits", "photos"),
             corruptions=("gaussian_noise", "blur", "contrast", "rotation"),

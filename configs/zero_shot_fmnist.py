@@ -28,6 +28,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         raise ValueError(f"unknown config variant {variant!r}; use '', 'demo' or 'smoke'")
     c = ml_collections.ConfigDict()
     c.title = "Zero-shot Hydra: ViT-MiniLM dual encoder on Fashion-MNIST"
+    c.members_from = "scratch"  # the dual encoder's vision tower, `model`, trained here
     c.seed = int(seed or 0)
     c.checkpoint = ""  # the text tower: a local HF BERT directory; "" = all-MiniLM-L6-v2
     c.data_dir = ""
@@ -53,6 +54,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     )  # fmt: skip
     c.data = ml_collections.ConfigDict(
         dict(
+            source="embedded",  # the study's own sets (`id_set`, `ood_sets`)
             id_set="fashion_mnist",
             ood_sets=("mnist", "digits", "photos"),
             corruptions=(),  # no shifted sets in this study

@@ -35,7 +35,7 @@ from hydra_jax.data import random_tokens
 from hydra_jax.ensembles import STRATEGIES
 from hydra_jax.evaluation import method_metrics, predict, softmax, xla_flops
 from hydra_jax.experiments import engine, members, methods, plan, study_data
-from hydra_jax.experiments.workdir import Workdir, WorkdirError, flat
+from hydra_jax.experiments.workdir import LOCK_FILE, Workdir, WorkdirError, flat
 from hydra_jax.models import BertConfig, EncoderConfig
 
 REPO = Path(__file__).parent.parent
@@ -271,7 +271,7 @@ def test_evaluate_on_an_unfinished_workdir_says_so(synthetic_data_dir, tiny_chec
     Workdir(tmp_path).claim(config)  # as a train.py killed before its first checkpoint
     with pytest.raises(WorkdirError, match="holds no published classifier of member 0"):
         engine.evaluate(config, tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_FILE, "config.json"]
 
 
 @pytest.mark.parametrize(
@@ -470,3 +470,22 @@ def test_cli_on_two_processes_equals_one_process(smoke_run, tmp_path):
         published = hj.from_pretrained(run / "hf" / f"member_{member}")
         reference = hj.from_pretrained(workdir / "hf" / f"member_{member}")
         assert_trained_params_close(published.params, reference.params)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [({"members_from": "hub"}, r"members_from is 'hub'; choose one of"),
+     ({"members_from": "workdir"}, r"members_from is 'workdir' and base_workdir is None"),
+     ({"members_from": "scratch"}, r"members_from is 'scratch', but config.model is a checkpoint"),
+     ({"data.source": "web"}, r"data.source is 'web'; choose one of \('embedded', 'files'\)")],
+)  # fmt: skip
+def test_where_members_and_data_come_from_is_explicit_and_checked(changes, message, tmp_path):
+    """`members_from` and `data.source` say where members and data come from; a value the other
+    fields contradict is refused before anything is written."""
+    config = minilm_mr.get_config("smoke")
+    for key, value in changes.items():
+        section, _, name = key.rpartition(".")
+        (config[section] if section else config)[name] = value
+    with pytest.raises(ValueError, match=message):
+        engine.train(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

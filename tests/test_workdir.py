@@ -199,6 +199,27 @@ def test_a_custom_run_recorded_with_the_old_hies_alphas_default_is_still_its_con
         Workdir(tmp_path).check(config)
 
 
+@pytest.mark.parametrize(
+    ("module", "members_from", "data_source"),
+    [(minilm_mr, "checkpoint", "embedded"), (vit_fmnist, "scratch", "embedded"),
+     (custom, "checkpoint", "files"), (prune_minilm_mr, "workdir", None)],
+)  # fmt: skip
+def test_a_run_recorded_before_its_sources_were_explicit_is_still_its_configs(
+    module, members_from, data_source, tmp_path
+):
+    """Migration 5 -> 6: `members_from` and `data.source` are read from what the recorded
+    config's shape said (a base workdir, a model architecture, an embedded `id_set`)."""
+    config = module.get_config("smoke")
+    assert config.members_from == members_from
+    assert config.get("data", {}).get("source") == data_source
+    recorded = json.loads(config.to_json())
+    del recorded["members_from"]
+    recorded.get("data", {}).pop("source", None)
+    (tmp_path / "config.json").write_text(json.dumps(recorded | {"schema": 5}))
+    Workdir(tmp_path).check(config)
+    assert Workdir(tmp_path).recorded().members_from == members_from
+
+
 def test_config_json_records_its_schema_and_migrations_start_there(tmp_path):
     """A new run writes today's schema; a recorded config is migrated from its own schema on
     (a key that was renamed before that schema is not renamed again), and one from a newer

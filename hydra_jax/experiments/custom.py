@@ -59,8 +59,10 @@ from hydra_jax.experiments import pruning
 HELP = {
     "title": "the report's title",
     "seed": "the study seed: every training seed is offset by 1000 x seed (`custom,1`)",
+    "members_from": "where the members come from: `checkpoint` (fine-tuned from `model`)",
     "model": "a local HF directory: a pretrained encoder or a classifier of a supported family",
     "data_dir": "where `tfds:` sources are prepared; empty: $HYDRA_JAX_DATA or ~/.cache/hydra_jax",
+    "data.source": "`files`: the splits below, each `KIND:LOCATION`",
     "data.train": "the training split, `KIND:LOCATION` (required)",
     "data.validation": "a validation split: circuit search, HIES's alpha in the pruning curves",
     "data.test": "the in-distribution test split (required)",
@@ -132,10 +134,12 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.title = "Your model on your data"
     c.seed = int(seed or 0)  # the study seed: every training seed is offset by 1000 * seed
+    c.members_from = "checkpoint"  # fine-tuned from `model`
     c.model = ""  # a local HF directory: a pretrained encoder or a classifier
     c.data_dir = ""  # TFDS sources: "" = $HYDRA_JAX_DATA or ~/.cache/hydra_jax
     c.data = ml_collections.ConfigDict(
         dict(
+            source="files",  # your files: the splits below
             train="",
             validation="",
             test="",

@@ -7,9 +7,10 @@ A study config declares the work (every file of `configs/`); `train` does it, in
    starts from the checkpoint (`model`, a local HF directory; or `checkpoint`, "" for the
    embedded MiniLM) with its own classifier, or a new one sized from the labels; or from a
    fresh ViT (`model`, a ConfigDict). Fine-tuned on the training set, it is published as an HF
-   directory `hf/member_M` with the checkpoint's preprocessing files. A study with
-   `base_workdir` trains none: it reads that workdir's members, and the config they were
-   trained under decides the data, the seeds and the training settings. With
+   directory `hf/member_M` with the checkpoint's preprocessing files. Where they come from is
+   the config's `members_from`: `checkpoint`, `scratch`, or `workdir`, which trains none: it
+   reads `base_workdir`'s members, and the config they were trained under decides the data,
+   the seeds and the training settings. With
    `zero_shot.enabled`, member 0 is a dual encoder's zero-shot classifier and no classifier
    trains; the dual encoder is the checkpoint, or, where `model` is a ViT to train from
    scratch, one trained here beside the checkpoint's locked text tower (`dual_encoder`).

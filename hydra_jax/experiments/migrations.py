@@ -78,6 +78,24 @@ def _hies_alphas_default(before: Flat, now: Flat) -> Flat:
     return before
 
 
+def _explicit_sources(before: Flat, now: Flat) -> Flat:
+    """5 -> 6: where the members and the data come from became explicit fields, read from what
+    the config's shape said: members from `base_workdir` where it names one, trained from scratch
+    where `model` is an architecture (a group of settings), else fine-tuned from a checkpoint;
+    the embedded sets where `data.id_set` names one, else the user's files."""
+    del now
+    added: Flat = {}
+    if "members_from" not in before:
+        scratch = any(k.startswith("model.") for k in before)
+        added["members_from"] = (
+            "workdir" if before.get("base_workdir") else "scratch" if scratch else "checkpoint"
+        )
+    reads_data = "data.id_set" in before or "data.train" in before
+    if reads_data and "data.source" not in before:
+        added["data.source"] = "embedded" if "data.id_set" in before else "files"
+    return before | added
+
+
 # MIGRATIONS[v] reads a config of schema v as one of schema v + 1.
 MIGRATIONS: tuple[Callable[[Flat, Flat], Flat], ...] = (
     _engine_studies,
@@ -85,6 +103,7 @@ MIGRATIONS: tuple[Callable[[Flat, Flat], Flat], ...] = (
     _analyses,
     _added_keys,
     _hies_alphas_default,
+    _explicit_sources,
 )
 SCHEMA = len(MIGRATIONS)  # the version this code writes
 

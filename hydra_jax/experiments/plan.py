@@ -16,7 +16,12 @@ from hydra_jax.data.files import DataError
 from hydra_jax.ensembles import STRATEGIES
 from hydra_jax.experiments import ablations, members, methods, pruning
 from hydra_jax.experiments.analyses import Analysis, Context
-from hydra_jax.experiments.study_inputs import Data, checkpoint, zero_shot_enabled
+from hydra_jax.experiments.study_inputs import (
+    Data,
+    check_sources,
+    checkpoint,
+    zero_shot_enabled,
+)
 from hydra_jax.experiments.workdir import Workdir, split_names
 from hydra_jax.models import Model, kinds
 from hydra_jax.training import TrainSettings
@@ -54,7 +59,7 @@ class Plan:
     @classmethod
     def of(cls, config: ml_collections.ConfigDict, workdir: Workdir) -> Plan:
         names, strategies, analyses = check(config)
-        trains_members = not config.get("base_workdir")
+        trains_members = config.members_from != "workdir"
         base = workdir if trains_members else Workdir(config.base_workdir)
         members_config = config if trains_members else base.recorded()
         train = members_config.train.to_dict()
@@ -95,6 +100,7 @@ def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[str], list
             "Name its rows in config.methods and its other work in "
             f"config.analyses ({', '.join(ANALYSES)})"
         )
+    check_sources(config)
     analyses = check_analyses(config.get("analyses", ()))
     names = methods.check_names(config.methods, empty=bool(analyses))
     strategies = methods.strategies(config)

@@ -35,9 +35,42 @@ class Data:
         return self.id_validation(), self.ood_validation()
 
 
+# Where a study's members come from (`members_from`), and its data (`data.source`).
+MEMBER_SOURCES = ("checkpoint", "scratch", "workdir")
+DATA_SOURCES = ("embedded", "files")
+
+
 def from_files(config: ml_collections.ConfigDict) -> bool:
-    """Whether the study reads your files (`data.train`, ...) rather than the embedded sets."""
-    return "id_set" not in config.data
+    """Whether the study reads your files (`data.source` "files": `data.train`, ...) rather
+    than its embedded sets ("embedded": `data.id_set`, `data.ood_sets`)."""
+    return config.data.source == "files"
+
+
+def check_sources(config: ml_collections.ConfigDict) -> None:
+    """Refuses a `members_from` or `data.source` that is unknown or that the config's other
+    fields contradict.
+
+    Raises:
+      ValueError: naming the field, its value and what it needs.
+    """
+    source = config.get("members_from")
+    if source not in MEMBER_SOURCES:
+        raise ValueError(f"members_from is {source!r}; choose one of {MEMBER_SOURCES}")
+    if (source == "workdir") != bool(config.get("base_workdir")):
+        raise ValueError(
+            f"members_from is {source!r} and base_workdir is {config.get('base_workdir')!r}: "
+            "members read from a workdir need base_workdir, and only they"
+        )
+    scratch = isinstance(config.get("model"), ml_collections.ConfigDict)
+    if source != "workdir" and scratch != (source == "scratch"):
+        raise ValueError(
+            f"members_from is {source!r}, but config.model is "
+            + ("an architecture (`scratch` trains it)" if scratch else "a checkpoint path")
+        )
+    data = config.get("data")
+    if source != "workdir" and (data is None or data.get("source") not in DATA_SOURCES):
+        got = None if data is None else data.get("source")
+        raise ValueError(f"data.source is {got!r}; choose one of {DATA_SOURCES}")
 
 
 def load_data(config: ml_collections.ConfigDict, model: Model | None = None) -> Data:
@@ -107,10 +140,10 @@ def seen_only(data: Data, held: np.ndarray) -> Data:
 
 def checkpoint(config: ml_collections.ConfigDict) -> Path | None:
     """The checkpoint the members start from: `model` (a local HF directory) or `checkpoint`
-    ("": the embedded MiniLM); None when `model` describes a ViT trained from scratch."""
-    model = config.get("model", "")
-    if isinstance(model, ml_collections.ConfigDict):
+    ("": the embedded MiniLM); None when they train from scratch (`members_from`)."""
+    if config.members_from == "scratch":
         return None
+    model = config.get("model", "")
     if from_files(config):
         if not model:
             raise ValueError(

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra_jax.convert.common import (
+    ENCODER_FIELDS,
     ConversionError,
     Rule,
     attention,
@@ -30,17 +31,11 @@ from hydra_jax.convert.common import (
 from hydra_jax.models import BertConfig, Model
 
 HANDLED = (
+    *ENCODER_FIELDS,
     "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
     "intermediate_size",
-    "hidden_act",
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
     "max_position_embeddings",
     "type_vocab_size",
-    "layer_norm_eps",
     "position_embedding_type",
     "classifier_dropout",
     "pad_token_id",

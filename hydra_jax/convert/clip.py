@@ -16,6 +16,7 @@ import numpy as np
 
 from hydra_jax.convert.common import (
     CONV,
+    TOWER_FIELDS,
     ConversionError,
     Rule,
     attention,
@@ -50,13 +51,7 @@ HANDLED = (
     "vision_config_dict",
 )
 _TOWER = (
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "hidden_act",
-    "layer_norm_eps",
-    "attention_dropout",
+    *TOWER_FIELDS,
     "dropout",
     # The tower's own projection_dim only configures CLIP{Text,Vision}ModelWithProjection;
     # CLIPModel uses the top-level one.

@@ -22,6 +22,27 @@ from hydra_jax.convert.torch_pickle import load_torch_bin
 from hydra_jax.models import EncoderConfig, Model
 from hydra_jax.models.encoder import ACTIVATIONS
 
+# The HF config fields of a layer stack that BERT, DeBERTa, ViT and DINOv2 spell alike.
+ENCODER_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "layer_norm_eps",
+)
+# ... and those of a CLIP or SigLIP tower.
+TOWER_FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "hidden_act",
+    "layer_norm_eps",
+    "attention_dropout",
+)
+
 logger = logging.getLogger(__name__)
 
 # Fields every `PretrainedConfig` may write that do not change the network's function.

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra_jax.convert.common import (
+    ENCODER_FIELDS,
     HEADS_BIAS,
     HEADS_IN,
     ConversionError,
@@ -42,17 +43,11 @@ MODEL_TYPE = "deberta-v2"
 STEM = "DebertaV2"
 PREFIX = "deberta."
 HANDLED = (
+    *ENCODER_FIELDS,
     "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
     "intermediate_size",
-    "hidden_act",
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
     "max_position_embeddings",
     "type_vocab_size",
-    "layer_norm_eps",
     "pad_token_id",
     "relative_attention",
     "max_relative_positions",

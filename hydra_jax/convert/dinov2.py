@@ -19,6 +19,7 @@ from typing import Any
 
 from hydra_jax.convert.common import (
     CONV,
+    ENCODER_FIELDS,
     SQUEEZE_1,
     SQUEEZE_2,
     ConversionError,
@@ -46,14 +47,8 @@ REGISTERS = "dinov2_with_registers"
 # model_type -> (the backbone's prefix in a classifier checkpoint, the HF class-name stem).
 NAMES = {MODEL_TYPE: ("dinov2.", "Dinov2"), REGISTERS: (f"{REGISTERS}.", "Dinov2WithRegisters")}
 HANDLED = (
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
+    *ENCODER_FIELDS,
     "mlp_ratio",
-    "hidden_act",
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "layer_norm_eps",
     "image_size",
     "patch_size",
     "num_channels",

@@ -26,6 +26,7 @@ from hydra_jax.convert.common import (
     HEADS_OUT,
     SQUEEZE_1,
     SQUEEZE_2,
+    TOWER_FIELDS,
     ConversionError,
     Rule,
     check_fields,
@@ -54,13 +55,7 @@ from hydra_jax.models import (
 MODEL_TYPE = "siglip"
 HANDLED = ("text_config", "vision_config", "initializer_factor")
 _TOWER = (
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "hidden_act",
-    "layer_norm_eps",
-    "attention_dropout",
+    *TOWER_FIELDS,
     "model_type",
 )
 # Token ids only configure generation and the tokenizer; the text tower pools its last position.

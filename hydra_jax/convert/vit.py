@@ -9,6 +9,7 @@ from typing import Any
 
 from hydra_jax.convert.common import (
     CONV,
+    ENCODER_FIELDS,
     SQUEEZE_1,
     SQUEEZE_2,
     ConversionError,
@@ -33,14 +34,8 @@ from hydra_jax.models import Model, ViTConfig
 from hydra_jax.models.encoder import ACTIVATIONS
 
 HANDLED = (
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
+    *ENCODER_FIELDS,
     "intermediate_size",
-    "hidden_act",
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "layer_norm_eps",
     "image_size",
     "patch_size",
     "num_channels",

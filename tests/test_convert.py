@@ -326,3 +326,24 @@ def _edit_json(directory, edit):
 def _truncate(path):
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
+
+
+def test_every_family_and_kind_reaches_each_table():
+    """The touch points of a model family (CONTRIBUTING, "A model family") and of an ensemble
+    kind: every config class of `ARCHITECTURES` and `kinds.KINDS` is exported by
+    `hydra_jax.models` and known to our format; every converter of `convert.CONVERTERS` declares
+    the HF `model_type`s it reads, and `FORMATS` takes them from there; the presets' families
+    report a `model_type` a converter reads."""
+    from hydra_jax.convert import CONVERTERS, FORMATS, native
+    from hydra_jax.models import ARCHITECTURES, kinds
+    from hydra_jax.models.architectures import architecture
+
+    known = native._config_classes()
+    for cls in (*ARCHITECTURES, *kinds.KINDS):
+        assert cls.__name__ in known and getattr(hj.models, cls.__name__) is cls, cls
+    types = [t for m in CONVERTERS for t in m.MODEL_TYPES]
+    assert sorted(types) == sorted(FORMATS) and len(set(types)) == len(types)
+    for m in CONVERTERS:
+        assert all(FORMATS[t].load is m.load for t in m.MODEL_TYPES), m.__name__
+    for preset in (testing.bert(), testing.vit(), testing.clip(), testing.dual_encoder()):
+        assert architecture(preset).hf_model_type(preset) in FORMATS, type(preset).__name__

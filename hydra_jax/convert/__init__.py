@@ -34,17 +34,11 @@ class Format:
     export: Callable[[Model, Path], None] | None = None
 
 
-# HF `model_type` -> its converter; a config reports its own type (`Architecture.hf_model_type`).
+# The converters: each module reads (and writes) the HF `model_type`s it declares; FORMATS maps
+# each type to its converter (a config reports its own type: `Architecture.hf_model_type`).
+CONVERTERS = (bert, distilbert, deberta, modernbert, vit, dinov2, clip, siglip, dual_encoder)
 FORMATS: dict[str, Format] = {
-    **dict.fromkeys(bert.FAMILIES, Format(bert.load, bert.export)),  # bert, roberta, ..., electra
-    distilbert.MODEL_TYPE: Format(distilbert.load, distilbert.export),
-    deberta.MODEL_TYPE: Format(deberta.load, deberta.export),  # DeBERTa-v2 and v3
-    modernbert.MODEL_TYPE: Format(modernbert.load, modernbert.export),
-    **dict.fromkeys(vit.FAMILIES, Format(vit.load, vit.export)),  # vit, deit
-    **dict.fromkeys(dinov2.NAMES, Format(dinov2.load, dinov2.export)),  # with registers too
-    clip.MODEL_TYPE: Format(clip.load, clip.export),
-    siglip.MODEL_TYPE: Format(siglip.load, siglip.export),
-    dual_encoder.MODEL_TYPE: Format(dual_encoder.load, dual_encoder.export),
+    t: Format(m.load, m.export) for m in CONVERTERS for t in m.MODEL_TYPES
 }
 
 

@@ -68,6 +68,7 @@ FAMILIES = {
     "camembert": Family("Camembert", "roberta.", pad_token_id=1),
     "electra": Family("Electra", "electra."),
 }
+MODEL_TYPES = tuple(FAMILIES)  # the HF `model_type`s this converter reads
 
 # HF tensors that carry nothing we model: buffers and pre-training heads (BERT's `cls`,
 # RoBERTa's `lm_head`, ELECTRA's generator and replaced-token discriminator head).

@@ -62,6 +62,7 @@ VISION_HANDLED = (*_TOWER, "image_size", "patch_size", "num_channels")
 
 IGNORED = (r"(text|vision)_model\.embeddings\.position_ids",)
 MODEL_TYPE = "clip"
+MODEL_TYPES = (MODEL_TYPE,)  # the HF `model_type`s this converter reads
 CLASSIFIER = "CLIPForImageClassification"
 _POST_NORM = "vision_model.post_layernorm"
 

@@ -40,6 +40,7 @@ from hydra_jax.convert.common import (
 from hydra_jax.models import BertConfig, Model, RelativeAttention
 
 MODEL_TYPE = "deberta-v2"
+MODEL_TYPES = (MODEL_TYPE,)  # the HF `model_type`s this converter reads
 STEM = "DebertaV2"
 PREFIX = "deberta."
 HANDLED = (

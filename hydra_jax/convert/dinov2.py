@@ -46,6 +46,7 @@ MODEL_TYPE = "dinov2"
 REGISTERS = "dinov2_with_registers"
 # model_type -> (the backbone's prefix in a classifier checkpoint, the HF class-name stem).
 NAMES = {MODEL_TYPE: ("dinov2.", "Dinov2"), REGISTERS: (f"{REGISTERS}.", "Dinov2WithRegisters")}
+MODEL_TYPES = tuple(NAMES)  # the HF `model_type`s this converter reads
 HANDLED = (
     *ENCODER_FIELDS,
     "mlp_ratio",

@@ -33,6 +33,7 @@ from hydra_jax.models import BertConfig, EncoderConfig, Model
 from hydra_jax.models.encoder import ACTIVATIONS
 
 MODEL_TYPE = "distilbert"
+MODEL_TYPES = (MODEL_TYPE,)  # the HF `model_type`s this converter reads
 HANDLED = (
     "vocab_size",
     "max_position_embeddings",

@@ -25,6 +25,7 @@ from hydra_jax.convert.common import (
 from hydra_jax.models import DualEncoderConfig, Model
 
 MODEL_TYPE = "vision-text-dual-encoder"
+MODEL_TYPES = (MODEL_TYPE,)  # the HF `model_type`s this converter reads
 HANDLED = ("projection_dim", "logit_scale_init_value", "vision_config", "text_config")
 IGNORED = (r"(text|vision)_model\.embeddings\.position_ids",)
 

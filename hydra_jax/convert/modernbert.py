@@ -38,6 +38,7 @@ from hydra_jax.models.config import POOLINGS
 from hydra_jax.models.encoder import ACTIVATIONS
 
 MODEL_TYPE = "modernbert"
+MODEL_TYPES = (MODEL_TYPE,)  # the HF `model_type`s this converter reads
 PREFIX = "model."
 HANDLED = (
     "vocab_size",

@@ -53,6 +53,7 @@ from hydra_jax.models import (
 )
 
 MODEL_TYPE = "siglip"
+MODEL_TYPES = (MODEL_TYPE,)  # the HF `model_type`s this converter reads
 HANDLED = ("text_config", "vision_config", "initializer_factor")
 _TOWER = (
     *TOWER_FIELDS,

@@ -49,6 +49,7 @@ HANDLED = (
 IGNORED = ()
 # HF model_type -> (class-name stem, the backbone's prefix in a classifier checkpoint).
 FAMILIES = {"vit": ("ViT", "vit."), "deit": ("DeiT", "deit.")}
+MODEL_TYPES = tuple(FAMILIES)  # the HF `model_type`s this converter reads
 
 _LAYER = "encoder.layer.{l}"
 _OURS = "encoder/layer_{l}"

@@ -34,8 +34,8 @@ from hydra_jax.convert.common import (
     write_hf,
 )
 from hydra_jax.models import EncoderConfig, Model, ModernBertConfig
-from hydra_jax.models.config import POOLINGS
 from hydra_jax.models.encoder import ACTIVATIONS
+from hydra_jax.models.modernbert import POOLINGS
 
 MODEL_TYPE = "modernbert"
 MODEL_TYPES = (MODEL_TYPE,)  # the HF `model_type`s this converter reads

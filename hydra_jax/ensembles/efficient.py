@@ -39,7 +39,7 @@ from hydra_jax.models import (
 from hydra_jax.models import efficient as _efficient
 from hydra_jax.models import packed as _packed
 from hydra_jax.models.architectures import CLASSIFIER_PARAMS
-from hydra_jax.models.config import LORA_TARGETS
+from hydra_jax.models.efficient import LORA_TARGETS
 
 
 def _check_member(model: Model, what: str) -> None:

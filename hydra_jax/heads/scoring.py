@@ -28,7 +28,7 @@ from jax.scipy.special import xlogy
 
 from hydra_jax import metrics
 from hydra_jax.models import Model, check_inputs, encoder_of, input_names
-from hydra_jax.models.config import ArchConfig
+from hydra_jax.models.kinds import ArchConfig
 from hydra_jax.models.sharding import overlapped, place_batch, place_params
 
 METHODS = ("taylor", "his", "entropy", "hies", "ad", "l2", "random")

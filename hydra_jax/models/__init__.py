@@ -18,34 +18,38 @@ place where pruning, scoring and ensembling act.
 """
 
 from hydra_jax.models import kinds
-from hydra_jax.models.architectures import ARCHITECTURES, check_inputs, encoder_of, input_names
-from hydra_jax.models.config import (
-    BatchEnsembleConfig,
-    BertConfig,
+from hydra_jax.models.architectures import (
+    ARCHITECTURES,
+    MemberConfig,
+    check_inputs,
+    encoder_of,
+    input_names,
+)
+from hydra_jax.models.bert import BertConfig
+from hydra_jax.models.clip import (
     CLIPClassifierConfig,
     CLIPConfig,
     CLIPTextConfig,
     CLIPVisionConfig,
     CLIPVisionTowerConfig,
-    DualEncoderConfig,
-    EncoderConfig,
-    HydraConfig,
-    LoraEnsembleConfig,
-    MemberConfig,
-    MimoConfig,
-    ModernBertConfig,
-    PackedEnsembleConfig,
-    RelativeAttention,
+)
+from hydra_jax.models.config import EncoderConfig, RelativeAttention, member_of
+from hydra_jax.models.dual_encoder import DualEncoderConfig
+from hydra_jax.models.efficient import BatchEnsembleConfig, LoraEnsembleConfig
+from hydra_jax.models.fused import HydraConfig
+from hydra_jax.models.mimo import MimoConfig
+from hydra_jax.models.model import Model, vision_tower, with_classifier, with_dtype
+from hydra_jax.models.modernbert import ModernBertConfig
+from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
+from hydra_jax.models.packed import PackedEnsembleConfig
+from hydra_jax.models.siglip import (
     SiglipClassifierConfig,
     SiglipConfig,
     SiglipTextConfig,
     SiglipVisionConfig,
     SiglipVisionTowerConfig,
-    ViTConfig,
-    member_of,
 )
-from hydra_jax.models.model import Model, vision_tower, with_classifier, with_dtype
-from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
+from hydra_jax.models.vit import ViTConfig
 from hydra_jax.models.zero_shot import prompt_embeddings, prompts, zero_shot
 
 __all__ = [

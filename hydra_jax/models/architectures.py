@@ -14,37 +14,54 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hydra_jax.models.bert import Bert
-from hydra_jax.models.clip import CLIP, LOGIT_SCALE_INIT, CLIPClassifier, CLIPVision
-from hydra_jax.models.config import (
-    SIGLIP_LOGIT_BIAS_INIT,
-    SIGLIP_LOGIT_SCALE_INIT,
-    ArchConfig,
-    BertConfig,
+from hydra_jax.models.bert import Bert, BertConfig
+from hydra_jax.models.clip import (
+    CLIP,
+    LOGIT_SCALE_INIT,
+    CLIPClassifier,
     CLIPClassifierConfig,
     CLIPConfig,
+    CLIPVision,
     CLIPVisionTowerConfig,
-    DualEncoderConfig,
-    EncoderConfig,
-    ModernBertConfig,
+)
+from hydra_jax.models.config import EncoderConfig, member_of
+from hydra_jax.models.dual_encoder import DualEncoder, DualEncoderConfig
+from hydra_jax.models.inputs import check_pixels, check_text, concrete, token_types
+from hydra_jax.models.modernbert import ModernBert, ModernBertConfig
+from hydra_jax.models.siglip import (
+    SIGLIP_LOGIT_BIAS_INIT,
+    SIGLIP_LOGIT_SCALE_INIT,
+    Siglip,
+    SiglipClassifier,
     SiglipClassifierConfig,
     SiglipConfig,
+    SiglipVision,
     SiglipVisionTowerConfig,
-    ViTConfig,
-    member_of,
 )
-from hydra_jax.models.dual_encoder import DualEncoder
-from hydra_jax.models.inputs import check_pixels, check_text, concrete, token_types
-from hydra_jax.models.modernbert import ModernBert
-from hydra_jax.models.siglip import Siglip, SiglipClassifier, SiglipVision
-from hydra_jax.models.vit import ViT
+from hydra_jax.models.vit import ViT, ViTConfig
+
+if TYPE_CHECKING:
+    from hydra_jax.models.kinds import ArchConfig
+
+# The members' architecture of an ensemble: a family with a single encoder.
+MemberConfig = (
+    BertConfig
+    | ModernBertConfig
+    | ViTConfig
+    | CLIPVisionTowerConfig
+    | CLIPClassifierConfig
+    | SiglipVisionTowerConfig
+    | SiglipClassifierConfig
+)
+# One model's config, of any family.
+FamilyConfig = MemberConfig | CLIPConfig | DualEncoderConfig | SiglipConfig
 
 Params = Any
 Head = Callable[[Any, int, jax.Array], dict[str, Any]]  # (config, classes, key) -> head weights

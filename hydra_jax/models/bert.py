@@ -6,12 +6,14 @@ the shared layer stack)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from hydra_jax.models.attention import padding_bias
-from hydra_jax.models.config import BertConfig
+from hydra_jax.models.config import EncoderConfig
 from hydra_jax.models.encoder import (
     ACTIVATIONS,
     Encoder,
@@ -22,6 +24,91 @@ from hydra_jax.models.encoder import (
     wide,
 )
 from hydra_jax.models.outputs import ModelOutput, Stem
+
+
+@dataclasses.dataclass(frozen=True)
+class TextVariant:
+    """How a BERT-family checkpoint differs from BERT itself (its encoder layers do not).
+
+    Attributes:
+      positions_after_padding: position ids count the real tokens of each row, starting at
+        `pad_token_id + 1` (RoBERTa); else 0..T-1.
+      head: the sequence classifier on the first token's final state: `pooler` (BERT: the tanh
+        pooler, dropout, a dense layer), `tanh` / `gelu` (RoBERTa / ELECTRA / DeBERTa: dropout,
+        a dense layer, the activation, dropout, a dense layer), `relu` (DistilBERT: a dense
+        layer, ReLU, dropout, a dense layer).
+      disentangled: DeBERTa's embedding stage: the tables' sum projected (no bias) to the
+        encoder's width before its LayerNorm, padding tokens' embeddings zeroed, and padding
+        queries masked as well as padding keys (their rows attend uniformly).
+    """
+
+    positions_after_padding: bool
+    head: str
+    disentangled: bool = False
+
+
+# HF `model_type` -> how it differs from BERT. XLM-RoBERTa and CamemBERT are RoBERTa networks.
+TEXT_VARIANTS = {
+    "bert": TextVariant(positions_after_padding=False, head="pooler"),
+    "roberta": TextVariant(positions_after_padding=True, head="tanh"),
+    "xlm-roberta": TextVariant(positions_after_padding=True, head="tanh"),
+    "camembert": TextVariant(positions_after_padding=True, head="tanh"),
+    "electra": TextVariant(positions_after_padding=False, head="gelu"),
+    "distilbert": TextVariant(positions_after_padding=False, head="relu"),
+    "deberta-v2": TextVariant(positions_after_padding=False, head="gelu", disentangled=True),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """A BERT-family encoder (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, DistilBERT,
+    DeBERTa-v2/v3: one post-LN layer stack, `model_type` names the variant); `num_labels == 0`
+    means no sequence classifier.
+
+    Attributes:
+      type_vocab_size: token types; 0 for none (DistilBERT: no `token_type_ids` input).
+      embedding_size: the width of the token tables when it differs from the encoder's,
+        projected to it (`embeddings_project`: ELECTRA's, or DeBERTa's without a bias); 0 for
+        the encoder's width.
+      absolute_positions: a table of absolute positions added to the token embeddings (DeBERTa
+        can go without: `position_biased_input`; its attention then sees only distances).
+      pre_classifier_dropout: a two-layer head's dropout before its first dense layer (DeBERTa's
+        `pooler_dropout`); None for `classifier_dropout`.
+    """
+
+    encoder: EncoderConfig
+    vocab_size: int
+    max_positions: int
+    type_vocab_size: int
+    pad_token_id: int = 0
+    pooler: bool = True
+    num_labels: int = 0
+    classifier_dropout: float | None = None
+    model_type: str = "bert"
+    embedding_size: int = 0
+    absolute_positions: bool = True
+    pre_classifier_dropout: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.model_type not in TEXT_VARIANTS:
+            raise ValueError(
+                f"model_type {self.model_type!r} is not one of {sorted(TEXT_VARIANTS)}"
+            )
+        if (self.encoder.relative is not None) != self.variant.disentangled:
+            raise ValueError(
+                f"a {self.model_type} encoder {'needs' if self.variant.disentangled else 'has no'}"
+                " relative (disentangled) attention"
+            )
+
+    @property
+    def variant(self) -> TextVariant:
+        return TEXT_VARIANTS[self.model_type]
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest sequence the position table serves."""
+        offset = self.pad_token_id + 1 if self.variant.positions_after_padding else 0
+        return self.max_positions - offset
 
 
 class Bert(StagedEncoder):

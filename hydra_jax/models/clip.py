@@ -7,12 +7,14 @@ a model (`CLIPVisionTowerConfig`), optionally with a zero-shot head: fixed class
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from hydra_jax.models.attention import padding_bias
-from hydra_jax.models.config import CLIPConfig, CLIPTextConfig, CLIPVisionConfig
+from hydra_jax.models.config import EncoderConfig
 from hydra_jax.models.encoder import (
     Encoder,
     HeadMask,
@@ -30,6 +32,63 @@ from hydra_jax.models.vit import (
     prepend,
     zero_shot_logits,
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class CLIPTextConfig:
+    encoder: EncoderConfig
+    vocab_size: int
+    max_positions: int
+    eos_token_id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CLIPVisionConfig:
+    encoder: EncoderConfig
+    image_size: int
+    patch_size: int
+    num_channels: int = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class CLIPConfig:
+    text: CLIPTextConfig
+    vision: CLIPVisionConfig
+    projection_dim: int
+    logit_scale_init: float = 2.6592
+
+
+@dataclasses.dataclass(frozen=True)
+class CLIPVisionTowerConfig:
+    """A CLIP vision tower as a model of its own (outputs `embeds` `[B, E]`, projected).
+
+    With `num_labels`, a zero-shot classifier: `logits = exp(logit_scale) * cos(embeds,
+    class_embeds)` over fixed class embeddings `[C, E]` (for example prompt-ensemble text
+    embeddings), so scoring, pruning and fusion treat it like any classifier.
+    """
+
+    vision: CLIPVisionConfig
+    projection_dim: int
+    num_labels: int = 0
+
+    @property
+    def encoder(self) -> EncoderConfig:
+        return self.vision.encoder
+
+
+@dataclasses.dataclass(frozen=True)
+class CLIPClassifierConfig:
+    """HF `CLIPForImageClassification`: CLIP's vision tower; the encoder's outputs at the patch
+    tokens averaged (the CLS token's final LayerNorm and the projection unused), then a dense
+    layer gives `num_labels` logits. `with_classifier` makes one from a CLIP model, as
+    `transformers` does from a CLIP checkpoint."""
+
+    vision: CLIPVisionConfig
+    num_labels: int = 0
+
+    @property
+    def encoder(self) -> EncoderConfig:
+        return self.vision.encoder
 
 
 def paired_output(

@@ -7,15 +7,30 @@ image_embeds @ text_embeds^T`: exactly `transformers`' computation, with CLIP's 
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 
-from hydra_jax.models.bert import Bert
+from hydra_jax.models.bert import Bert, BertConfig
 from hydra_jax.models.clip import paired_output
-from hydra_jax.models.config import DualEncoderConfig
 from hydra_jax.models.encoder import HeadMask, wide
 from hydra_jax.models.outputs import CLIPOutput
-from hydra_jax.models.vit import ViT, normalise
+from hydra_jax.models.vit import ViT, ViTConfig, normalise
+
+
+@dataclasses.dataclass(frozen=True)
+class DualEncoderConfig:
+    """HF `VisionTextDualEncoderModel`: a ViT and a BERT, each pooled and projected to E.
+
+    `vision.projection_dim` is 0: the projections belong to the dual encoder, as in HF
+    (`visual_projection`, `text_projection`); `vision_tower` moves one into the tower.
+    """
+
+    vision: ViTConfig
+    text: BertConfig
+    projection_dim: int
+    logit_scale_init: float = 2.6592
 
 
 class DualEncoder(nn.Module):

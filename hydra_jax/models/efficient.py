@@ -34,14 +34,66 @@ import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
+from hydra_jax import checks
 from hydra_jax.models.architectures import (
     CLASSIFIER_PARAMS,
+    MemberConfig,
     dummy_inputs,
     module_of,
     weight_count,
 )
-from hydra_jax.models.config import BatchEnsembleConfig, LoraEnsembleConfig, MemberConfig
 from hydra_jax.models.outputs import ModelOutput
+
+LORA_TARGETS = ("query", "key", "value", "out")
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchEnsembleConfig:
+    """BatchEnsemble (Wen et al., ICLR 2020) of one single-encoder model `member`.
+
+    Every dense layer (attention projections, MLP, pooler, classifier) has a shared kernel W
+    and, for each of the M members, rank-1 factors `r_m` (its inputs) and `s_m` (its outputs)
+    and its own bias: member m's kernel is `W * outer(r_m, s_m)`. `factor_std`: the factors
+    start as N(1, factor_std) draws (0: all ones, every member equal to `member`).
+    """
+
+    member: MemberConfig
+    num_members: int
+    factor_std: float = 0.5
+
+    def __post_init__(self) -> None:
+        checks.count("num_members", self.num_members)
+        if not self.factor_std >= 0:
+            raise ValueError(f"factor_std must be >= 0, got {self.factor_std}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraEnsembleConfig:
+    """LoRA-Ensemble (Muhlematter et al., 2024): M low-rank adapters on one frozen `member`.
+
+    Member m adds `(alpha / rank) * x A_m B_m` to each attention projection named in `targets`
+    (of `LORA_TARGETS`); with `member_heads` each member has its own classifier head (the
+    model's `CLASSIFIER_PARAMS`), else the head is shared with the backbone.
+    """
+
+    member: MemberConfig
+    num_members: int
+    rank: int = 8
+    alpha: float = 16.0
+    targets: tuple[str, ...] = LORA_TARGETS
+    member_heads: bool = True
+
+    def __post_init__(self) -> None:
+        checks.count("num_members", self.num_members)
+        checks.count("rank", self.rank)
+        unknown = sorted(set(self.targets) - set(LORA_TARGETS))
+        if not self.targets or unknown:
+            raise ValueError(f"LoRA targets {list(self.targets)}: name some of {LORA_TARGETS}")
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.rank
+
 
 Params = Any
 EfficientConfig = BatchEnsembleConfig | LoraEnsembleConfig

@@ -14,6 +14,7 @@ as the family's encoder is; the family's own `head` stage, `vmap`ped, gives `[B,
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,9 +23,9 @@ import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
-from hydra_jax.models.architectures import architecture
+from hydra_jax.models.architectures import MemberConfig, architecture
 from hydra_jax.models.attention import Attention
-from hydra_jax.models.config import EncoderConfig, HydraConfig, MemberConfig
+from hydra_jax.models.config import EncoderConfig
 from hydra_jax.models.encoder import (
     attention_block,
     channels,
@@ -34,6 +35,19 @@ from hydra_jax.models.encoder import (
     mlp_block,
 )
 from hydra_jax.models.outputs import ModelOutput
+
+
+@dataclasses.dataclass(frozen=True)
+class HydraConfig:
+    """M head-pruned members fused into one network (Hydra Ensembles).
+
+    `member` is the members' common (compacted) architecture, any family with a single encoder:
+    `member.encoder.num_heads` are the heads each member keeps per layer.
+    """
+
+    member: MemberConfig
+    num_members: int
+
 
 Params = Any
 

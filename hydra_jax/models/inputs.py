@@ -5,13 +5,16 @@ the architecture table (`architectures.py`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hydra_jax.models.config import BertConfig, EncoderConfig
+from hydra_jax.models.config import EncoderConfig
+
+if TYPE_CHECKING:
+    from hydra_jax.models.bert import BertConfig
 
 
 def check_head_mask(mask: Any, encoder: EncoderConfig, name: str = "head_mask") -> None:

@@ -38,16 +38,18 @@ from typing import Any
 import jax
 
 from hydra_jax.models import efficient, fused, mimo, packed
-from hydra_jax.models.architectures import module_of
-from hydra_jax.models.config import (
-    BatchEnsembleConfig,
-    HydraConfig,
-    LoraEnsembleConfig,
-    MimoConfig,
-    PackedEnsembleConfig,
-    member_of,
-)
+from hydra_jax.models.architectures import FamilyConfig, module_of
+from hydra_jax.models.config import member_of
+from hydra_jax.models.efficient import BatchEnsembleConfig, LoraEnsembleConfig
+from hydra_jax.models.fused import HydraConfig
+from hydra_jax.models.mimo import MimoConfig
+from hydra_jax.models.packed import PackedEnsembleConfig
 
+# A config of several members in one network, and any model's config.
+EnsembleConfig = (
+    HydraConfig | BatchEnsembleConfig | LoraEnsembleConfig | PackedEnsembleConfig | MimoConfig
+)
+ArchConfig = FamilyConfig | EnsembleConfig
 Params = Any
 InitMember = Callable[[Any, jax.Array], Params]
 Hook = Callable[..., Any] | str

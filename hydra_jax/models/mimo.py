@@ -26,8 +26,37 @@ import jax.numpy as jnp
 
 from hydra_jax import checks
 from hydra_jax.models.architectures import module_of, weight_count
-from hydra_jax.models.config import MimoConfig, ViTConfig
 from hydra_jax.models.outputs import ModelOutput
+from hydra_jax.models.vit import ViTConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class MimoConfig:
+    """MIMO (Havasi et al., ICLR 2021): M members in one image classifier of `member`'s
+    architecture, trained from scratch.
+
+    The network is `member`'s with `M x C` input channels and `M x K` classes
+    (`hydra_jax.models.mimo.network`): member m reads channels `m C .. (m + 1) C` (its own image
+    in training) and owns logits `m K .. (m + 1) K`. At test time every member reads the same
+    image. `member` is an image classifier (a ViT, DeiT or DINOv2 config with `num_labels`).
+    """
+
+    member: ViTConfig
+    num_members: int
+
+    def __post_init__(self) -> None:
+        checks.count("num_members", self.num_members)
+        if not isinstance(self.member, ViTConfig):
+            raise TypeError(
+                f"MIMO takes an image classifier (ViT, DeiT, DINOv2), "
+                f"not {type(self.member).__name__}"
+            )
+        if self.member.num_labels < 1 or self.member.projection_dim:
+            raise ValueError(
+                "MIMO takes an image classifier: a member config with num_labels "
+                "and no zero-shot projection"
+            )
+
 
 Params = Any
 # The classifier weights of an image classifier (a DeiT with its teacher's head has two).

@@ -21,8 +21,9 @@ from hydra_jax.models.architectures import (
     input_names,
     module_of,
 )
-from hydra_jax.models.config import ArchConfig, EncoderConfig, member_of, with_compute_dtype
+from hydra_jax.models.config import EncoderConfig, member_of, with_compute_dtype
 from hydra_jax.models.inputs import check_head_mask
+from hydra_jax.models.kinds import ArchConfig
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
 
 Params = Any  # a nested dict of arrays

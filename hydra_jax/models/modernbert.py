@@ -5,12 +5,14 @@ GeGLU MLP, all in the shared layer stack (`EncoderConfig.rotary`, `windows`, `ga
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from hydra_jax.models.attention import padding_bias
-from hydra_jax.models.config import ModernBertConfig
+from hydra_jax.models.config import EncoderConfig
 from hydra_jax.models.encoder import (
     ACTIVATIONS,
     Encoder,
@@ -21,6 +23,43 @@ from hydra_jax.models.encoder import (
     wide,
 )
 from hydra_jax.models.outputs import ModelOutput, Stem
+
+POOLINGS = ("cls", "mean")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModernBertConfig:
+    """A ModernBERT encoder; `num_labels == 0` means no sequence classifier.
+
+    Attributes:
+      max_positions: the longest sequence (`max_position_embeddings`; rotary positions have no
+        table, this is the length the checkpoint was trained for).
+      pooling: what the classifier reads, `cls` (the first token) or `mean` (the mean over real
+        tokens), after the final norm.
+      head_bias: whether the head's dense layer carries a bias (`classifier_bias`).
+      head_activation: the head's activation (`classifier_activation`).
+      classifier_dropout: dropout before the classifier.
+      embedding_dropout: dropout after the embedding norm.
+    """
+
+    encoder: EncoderConfig
+    vocab_size: int
+    max_positions: int
+    pad_token_id: int = 0
+    num_labels: int = 0
+    pooling: str = "cls"
+    head_bias: bool = False
+    head_activation: str = "gelu"
+    classifier_dropout: float = 0.0
+    embedding_dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling {self.pooling!r} is not one of {POOLINGS}")
+
+    @property
+    def max_tokens(self) -> int:
+        return self.max_positions
 
 
 class ModernBert(StagedEncoder):

@@ -30,16 +30,38 @@ import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
+from hydra_jax import checks
 from hydra_jax.models.architectures import (
+    MemberConfig,
     module_of,
     single_tower,
     tower_encoder,
     weight_count,
     with_tower_encoder,
 )
-from hydra_jax.models.config import MemberConfig, PackedEnsembleConfig
 from hydra_jax.models.efficient import Dense, dense_layers
 from hydra_jax.models.outputs import ModelOutput
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedEnsembleConfig:
+    """Packed-Ensembles (Laurent et al., ICLR 2023): M narrow members, trained from scratch, in
+    one network.
+
+    `member` is each member's architecture (`hydra_jax.models.packed.packed_member`: a base
+    model's at `alpha` times its width, split M ways, with `groups` times its heads). With
+    `groups` (the paper's gamma) > 1 every dense layer of a member's encoder layers is grouped:
+    block-diagonal with `groups` blocks, each holding whole heads.
+    """
+
+    member: MemberConfig
+    num_members: int
+    groups: int = 1
+
+    def __post_init__(self) -> None:
+        checks.count("num_members", self.num_members)
+        checks.count("groups", self.groups)
+
 
 Params = Any
 GROUPED = {"attention": ("query", "key", "value", "out"), "mlp": ("fc1", "fc2")}

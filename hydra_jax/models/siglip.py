@@ -9,18 +9,15 @@ image classifier (`SiglipClassifierConfig`): the mean token, a dense layer.
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from hydra_jax.models.attention import padding_bias, wide_dtype
 from hydra_jax.models.clip import paired_output
-from hydra_jax.models.config import (
-    EncoderConfig,
-    SiglipConfig,
-    SiglipTextConfig,
-    SiglipVisionConfig,
-)
+from hydra_jax.models.config import EncoderConfig
 from hydra_jax.models.encoder import (
     Encoder,
     HeadMask,
@@ -32,6 +29,75 @@ from hydra_jax.models.encoder import (
 )
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
 from hydra_jax.models.vit import normalise, patch_conv, patchify
+
+
+@dataclasses.dataclass(frozen=True)
+class SiglipTextConfig:
+    """SigLIP's text tower: bidirectional pre-LN layers, a final LN, the last token's state
+    through a dense layer (`head`, with a bias) to the `[B, E]` text embedding."""
+
+    encoder: EncoderConfig
+    vocab_size: int
+    max_positions: int
+    projection_dim: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SiglipVisionConfig:
+    """SigLIP's vision tower: patches (no CLS token) plus positions, pre-LN layers, a final LN
+    and a multi-head attention-pooling head (a learned probe attending over every patch, then
+    a LayerNorm'd MLP with a residual): its output `[B, D]` is the image embedding."""
+
+    encoder: EncoderConfig
+    image_size: int
+    patch_size: int
+    num_channels: int = 3
+
+
+SIGLIP_LOGIT_SCALE_INIT = 2.302585  # log(10): SigLIP's training starts here
+SIGLIP_LOGIT_BIAS_INIT = -10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SiglipConfig:
+    """SigLIP: `logits_per_text = exp(logit_scale) * cos(text, image) + logit_bias`, read
+    through a sigmoid (each text-image pair on its own), not a softmax."""
+
+    text: SiglipTextConfig
+    vision: SiglipVisionConfig
+    logit_scale_init: float = SIGLIP_LOGIT_SCALE_INIT
+    logit_bias_init: float = SIGLIP_LOGIT_BIAS_INIT
+
+
+@dataclasses.dataclass(frozen=True)
+class SiglipVisionTowerConfig:
+    """SigLIP's vision tower as a model (outputs `embeds` `[B, D]`, the pooled image
+    embedding). With `num_labels`, a zero-shot classifier: `logits = exp(logit_scale) *
+    cos(embeds, class_embeds) + logit_bias` over fixed class embeddings `[C, D]`; SigLIP reads
+    them through a sigmoid, our metrics through a softmax over the classes (the bias then
+    cancels)."""
+
+    vision: SiglipVisionConfig
+    num_labels: int = 0
+
+    @property
+    def encoder(self) -> EncoderConfig:
+        return self.vision.encoder
+
+
+@dataclasses.dataclass(frozen=True)
+class SiglipClassifierConfig:
+    """HF `SiglipForImageClassification`: SigLIP's vision tower without its attention-pooling
+    head; the tokens after the final LayerNorm are averaged and a dense layer gives `num_labels`
+    logits. `with_classifier` makes one from a SigLIP model, as `transformers` does from a
+    SigLIP checkpoint."""
+
+    vision: SiglipVisionConfig
+    num_labels: int = 0
+
+    @property
+    def encoder(self) -> EncoderConfig:
+        return self.vision.encoder
 
 
 class AttentionPool(nn.Module):

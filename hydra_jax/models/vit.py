@@ -4,6 +4,7 @@ token; DINOv2 resizes its positions to the image and classifies CLS with the mea
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import flax.linen as nn
@@ -11,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hydra_jax.models.config import ViTConfig
+from hydra_jax.models.config import EncoderConfig
 from hydra_jax.models.encoder import (
     ACTIVATIONS,
     Encoder,
@@ -22,6 +23,56 @@ from hydra_jax.models.encoder import (
     wide,
 )
 from hydra_jax.models.outputs import ModelOutput, Stem
+
+
+@dataclasses.dataclass(frozen=True)
+class ViTConfig:
+    """ViT, DeiT or DINOv2 (with or without registers); `num_labels == 0` means no image
+    classifier (which reads the final-LN CLS token).
+
+    With `projection_dim` E > 0 it is a dual encoder's vision tower: the pooler output is
+    projected to `embeds` `[B, E]`, and a classifier (`num_labels`) is zero-shot, `logits =
+    exp(logit_scale) * cos(embeds, class_embeds)` over fixed class embeddings `[C, E]`.
+
+    Attributes:
+      model_type: the HF family, `vit`, `deit`, `dinov2` or `dinov2_with_registers` (DINOv2:
+        layer scale in the encoder, a classifier on CLS concatenated with the mean patch token;
+        without registers, positions resized bicubically for other image sizes).
+      distillation_token: DeiT's second learned token, after CLS, with its own position.
+      distilled_head: `DeiTForImageClassificationWithTeacher`: the logits are the mean of a
+        classifier on CLS and one on the distillation token (`distillation_classifier`).
+      register_tokens: DINOv2's learned register tokens, inserted after CLS once positions are
+        added (they have none); the classifier's patch mean leaves them out.
+    """
+
+    encoder: EncoderConfig
+    image_size: int
+    patch_size: int
+    num_channels: int = 3
+    pooler: bool = True
+    pooler_activation: str = "tanh"
+    num_labels: int = 0
+    projection_dim: int = 0
+    model_type: str = "vit"
+    distillation_token: bool = False
+    distilled_head: bool = False
+    register_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.register_tokens and self.model_type != "dinov2_with_registers":
+            raise ValueError(f"register tokens are DINOv2's, not {self.model_type!r}'s")
+        if self.projection_dim and not self.pooler:
+            raise ValueError("a ViT vision tower (projection_dim > 0) projects the pooler output")
+        if self.distilled_head and not (self.distillation_token and self.num_labels):
+            raise ValueError(
+                "a distilled head reads the distillation token: it needs one, and a classifier"
+            )
+
+    @property
+    def dinov2(self) -> bool:
+        """DINOv2, with or without registers."""
+        return self.model_type in ("dinov2", "dinov2_with_registers")
+
 
 LOGIT_SCALE_INIT = 2.6592  # log(1 / 0.07), CLIP's initial temperature
 

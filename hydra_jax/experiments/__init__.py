@@ -15,7 +15,8 @@ The paper studies (`configs/minilm_mr.py`, `hydra_*.py`, `vit_fmnist.py`, `prune
 `ablate_vit_fmnist.py`, `zero_shot_fmnist.py`) and your checkpoint on your files
 (`custom.py`) are configs of it. The pieces: `workdir` (ownership, the lock, the layout,
 process-0 writes, stage timings, results), `migrations` (older recorded configs), `plan` (what
-a config asks for, and its checks), `study_inputs` (the data and the checkpoint),
+a config asks for, and its checks), `study_inputs` (the data and the checkpoint), `sources`
+(where the members come from: the starting model, the data, member 0),
 `study_data` (the embedded sets), `user_files` (your files), `members`
 (seeds, head-set data, member fine-tuning), `dual_encoder` (a dual encoder trained here),
 `methods` (the registry of methods), `artefacts` (what is published and loaded back),

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,14 +45,10 @@ import jax
 import ml_collections
 
 from hydra_jax import ensembles
-from hydra_jax.convert import from_pretrained
 from hydra_jax.convert.native import save_model
-from hydra_jax.data import Dataset, TextEncoder
-from hydra_jax.data.files import DataError
+from hydra_jax.data import Dataset
 from hydra_jax.evaluation import report
 from hydra_jax.experiments import (
-    artefacts,
-    dual_encoder,
     members,
     methods,
 )
@@ -62,56 +57,13 @@ from hydra_jax.experiments.evaluators import evaluate_methods, standard
 from hydra_jax.experiments.plan import (
     ANALYSES,
     Plan,
-    check_analyses_on,
-    check_calibration,
-    check_classes,
-    check_single_pass,
-    check_zero_shot,
 )
-from hydra_jax.experiments.study_inputs import Data, checkpoint, held_out, load_data
+from hydra_jax.experiments.sources import Members
+from hydra_jax.experiments.study_inputs import Data, held_out, load_data
 from hydra_jax.experiments.workdir import CONFIG_FILE, Workdir, layout
-from hydra_jax.models import Model, kinds, with_classifier, zero_shot
-from hydra_jax.models.architectures import architecture
+from hydra_jax.models import Model, kinds
 from hydra_jax.models.sharding import barrier, is_primary, make_mesh
 from hydra_jax.training import fit
-
-
-def starting_point(
-    base: Model | None, config: ml_collections.ConfigDict, data: Data, seed: int
-) -> Model:
-    """A member's starting point, initialised with `seed`: a fresh ViT of `config.model` (no
-    `base`), or the checkpoint `base` with its own classifier where it has one, else a new one
-    sized from the data's classes."""
-    if base is None:
-        return Model.init(artefacts.scratch_config(config), jax.random.key(seed))
-    if getattr(base.config, "num_labels", 0):  # 0: no classifier (or a SigLIP model)
-        return base
-    return with_classifier(base, data.num_classes, jax.random.key(seed))
-
-
-def zero_shot_classifier(
-    config: ml_collections.ConfigDict, model: Model, data: Data, path: Path
-) -> Model:
-    """`model`, a dual encoder read from `path`, as a zero-shot classifier of the study's
-    classes: class embeddings from `zero_shot.templates` filled with the class names, tokenised
-    by the checkpoint's tokenizer and padded as its text tower was trained.
-
-    Raises:
-      DataError: not a dual encoder.
-    """
-    table = architecture(model.config)
-    if table.vision_tower is None:
-        raise DataError(
-            f"zero_shot.enabled needs a dual encoder (CLIP, SigLIP, ViT-BERT); "
-            f"{path} holds a {type(model.config).__name__}"
-        )
-    encoder = TextEncoder(path, config.data.max_tokens)
-    fixed = table.prompt_length(model.config) if table.prompt_length else 0
-
-    def tokenize(texts: list[str]) -> dict[str, Any]:  # else to the longest prompt
-        return encoder.pad(texts, fixed, exact=True)
-
-    return zero_shot(model, data.classes.names, tuple(config.zero_shot.templates), tokenize)
 
 
 def saved_path(workdir: Path, method: str) -> Path:
@@ -158,56 +110,19 @@ def evaluate(config: ml_collections.ConfigDict, workdir: Workdir | Path | str) -
 def _train(config: ml_collections.ConfigDict, workdir: Workdir) -> dict[str, Any]:
     """Trains the members, builds every Hydra and single-pass ensemble the config names and
     runs the train step of its analyses (resuming where an earlier run stopped). Returns the
-    members this run trained or restored (`members`: none when they come from `base_workdir`)
-    and the Hydra members' head sets per strategy (`head_sets`)."""
+    members this run trained or restored (`members`: none when they come from a workdir or
+    zero-shot) and the Hydra members' head sets per strategy (`head_sets`)."""
     plan = Plan.of(config, workdir)  # bad settings refused before the workdir is touched
-    base, first_run = None, not (workdir / CONFIG_FILE).is_file()
+    first_run = not (workdir / CONFIG_FILE).is_file()
     with workdir.stage("load data", record=first_run):  # a rerun keeps the first run's times
-        if plan.trains_members:
-            path = checkpoint(config)
-            base = None if path is None else from_pretrained(path)
-            data = load_data(config, None if plan.zero_shot else base)
-        else:
-            single = from_pretrained(artefacts.hf_dir(plan.workdir.path, 0))
-            data = load_data(plan.members_config, single)
-    if base is not None and not plan.zero_shot:
-        check_classes(base, config, data)
-    if plan.efficient:  # the single-pass ensembles' settings on this architecture
-        start = artefacts.scratch_config(config) if base is None else None
-        start = start or starting_point(base, config, data, 0).config
-        check_single_pass(config, plan.efficient, start)
-    if plan.zero_shot:
-        check_zero_shot(config, data)
-        if base is not None:
-            single = zero_shot_classifier(config, base, data, path)
-    if (plan.analyses or plan.strategies) and not (plan.zero_shot and base is None):
-        # Member 0, or (before it trains) its starting point, decides what the analyses see
-        # and how many heads each Hydra member keeps: both refused before anything trains.
-        trained_later = plan.trains_members and not plan.zero_shot
-        seed = members.training_seed(config, 0)
-        first = starting_point(base, config, data, seed) if trained_later else single
-        check_analyses_on(config, workdir, plan, first, data)
-        if plan.strategies:
-            ensembles.heads_per_member(first, config.num_members)
-    calibration = data.study.train
-    if plan.zero_shot:  # head sets from the validation images where there are some
-        id_validation = data.id_validation()
-        calibration = calibration if id_validation is None else id_validation
-    check_calibration(config, plan, calibration)
+        source = Members.load(config, plan)
+    source.check(workdir)  # what the data and the starting model decide, before any training
     workdir.claim(config)
-    if plan.zero_shot and base is None:  # no checkpoint: a dual encoder trained here
-        path = dual_encoder.train(config, workdir, data.study.train, data.classes.names)
-        single = zero_shot_classifier(config, from_pretrained(path), data, path)
-        check_analyses_on(config, workdir, plan, single, data)
-    if plan.zero_shot:
-        save_model(single, artefacts.zero_shot_dir(workdir.path))
-    trained = []
-    if plan.trains_members and not plan.zero_shot:
-        trained = train_members(config, workdir, plan, base, data)
-        single = trained[0]
-    record = build_hydras(config, workdir, plan, single, calibration, data.validation)
+    single, trained = source.member_zero(workdir)
+    data = source.data
+    record = build_hydras(config, workdir, plan, single, source.calibration(), data.validation)
     for kind in plan.efficient:
-        train_efficient(config, workdir, kind, base, single, data)
+        train_efficient(source, workdir, kind, single)
     for name in plan.analyses:
         ANALYSES[name].train(Context(config, workdir, plan, single, data))
     if data.classes is not None:
@@ -217,28 +132,6 @@ def _train(config: ml_collections.ConfigDict, workdir: Workdir) -> dict[str, Any
     workdir.save_stages()  # a member an earlier run trained keeps that run's time
     barrier("wrote the training record")
     return {"members": trained, "head_sets": record}
-
-
-def train_members(
-    config: ml_collections.ConfigDict,
-    workdir: Workdir,
-    plan: Plan,
-    base: Model | None,
-    data: Data,
-) -> list[Model]:
-    """Member m fine-tuned with training seed m of the study and published (`hf/member_M`)."""
-    count = config.ensemble_size if "deep_ensemble" in plan.methods else 1
-    files_from = checkpoint(config)
-    return members.fit_classifiers(
-        workdir,
-        data.study.train,
-        plan.member_settings,
-        members.member_seeds(config, count),
-        initial=functools.partial(starting_point, base, config, data),
-        publish=lambda model, path: artefacts.publish(
-            model, path, files_from=files_from, our_pixels=files_from is None
-        ),
-    )
 
 
 def build_hydras(
@@ -280,29 +173,23 @@ def build_hydras(
     return record
 
 
-def train_efficient(
-    config: ml_collections.ConfigDict,
-    workdir: Workdir,
-    kind: str,
-    base: Model | None,
-    single: Model,
-    data: Data,
-) -> Model:
+def train_efficient(source: Members, workdir: Workdir, kind: str, single: Model) -> Model:
     """The single-pass ensemble `kind`, started where member 0 starts (a Packed-Ensemble and
     MIMO take only the architecture); a kind with a frozen backbone (LoRA-Ensemble) of a model
     trained from scratch adapts the trained member 0 (a frozen backbone must have learnt
     something), with a new head per member unless the checkpoint brought its own classifier."""
+    config, base = source.config, source.base
     seed = members.training_seed(config, 0)
-    start = starting_point(base, config, data, seed)
+    start = source.starting_point(seed)
     if kinds.single_pass()[kind].frozen_backbone and base is None:
         start = single
     own_head = base is not None and getattr(base.config, "num_labels", 0) > 0
     ensemble = members.efficient_ensemble(
-        config, kind, start, seed, 0 if own_head else data.num_classes
+        config, kind, start, seed, 0 if own_head else source.data.num_classes
     )
     settings = dataclasses.replace(members.efficient_settings(config, kind), seed=seed)
     loss = members.efficient_loss(config, kind, ensemble)
-    return members.fit_efficient(workdir, kind, ensemble, data.study.train, settings, loss)
+    return members.fit_efficient(workdir, kind, ensemble, source.data.study.train, settings, loss)
 
 
 def _evaluate(config: ml_collections.ConfigDict, workdir: Workdir) -> dict[str, Any]:

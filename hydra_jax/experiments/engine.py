@@ -89,7 +89,7 @@ def run(
     if distributed is not None and not jax.distributed.is_initialized():
         jax.distributed.initialize(**distributed)
     workdir = Workdir.of(workdir)
-    mesh = make_mesh(**config.mesh)  # on one device, no mesh at all: nothing moves
+    mesh = make_mesh(**config.get("mesh", {}))  # on one device, no mesh at all: nothing moves
     with (
         workdir.hold(create=stage == "train"),
         jax.set_mesh(mesh) if mesh.size > 1 else contextlib.nullcontext(),

@@ -100,7 +100,6 @@ def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[str], list
             "Name its rows in config.methods and its other work in "
             f"config.analyses ({', '.join(ANALYSES)})"
         )
-    check_sources(config)
     analyses = check_analyses(config.get("analyses", ()))
     names = methods.check_names(config.methods, empty=bool(analyses))
     strategies = methods.strategies(config)
@@ -116,6 +115,7 @@ def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[str], list
             f"config.hies_alphas has {len(config.hies_alphas)} alphas for "
             f"{config.num_members} members: give one per member, or none (evenly spaced)"
         )
+    check_sources(config)
     return names, strategies, analyses
 
 

@@ -109,7 +109,7 @@ def _check_packed(architecture: Any, num_members: int, settings: Any) -> None:
 
 
 def _check_mimo(architecture: Any, num_members: int, settings: Any) -> None:
-    del settings
+    mimo.check_settings(settings["repetitions"], settings["input_repetition"], "mimo.")
     MimoConfig(architecture, num_members)
 
 

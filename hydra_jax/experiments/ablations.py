@@ -18,6 +18,7 @@ trains nothing).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,6 @@ from hydra_jax.evaluation import Method, cost, logits_forward, method_metrics, p
 from hydra_jax.evaluation.report import pyplot
 from hydra_jax.experiments import members, study_data
 from hydra_jax.experiments.analyses import Context
-from hydra_jax.models.sharding import is_primary
 
 HEAD_SETS_FILE = "ablation_head_sets.json"  # per row name M{M}_{strategy}: [M, L, N] kept heads
 
@@ -139,8 +139,7 @@ def evaluate(context: Context) -> tuple[dict[str, Any], list[str]]:
                         },
                     }
                 )
-    if is_primary():  # several processes: one writes
-        _plots(workdir.at("plots"), rows)
+    workdir.write_plots(functools.partial(_plots, rows=rows))
     return {"rows": rows}, section(rows)
 
 
@@ -179,7 +178,6 @@ def section(rows: list[dict]) -> list[str]:
 def _plots(directory: Path, rows: list[dict]) -> None:
     """One plot per ablation: ensemble size, overlap, MLP merge, disagreement before/after."""
     plt = pyplot()
-    directory.mkdir(parents=True, exist_ok=True)
     strategies = sorted({r["strategy"] for r in rows})
     panels = {
         "ensemble_size": ("ood_auroc", "mean OOD AUROC", "averaged_mlp"),

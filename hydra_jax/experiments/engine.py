@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ from hydra_jax.experiments.sources import Members
 from hydra_jax.experiments.study_inputs import Data, held_out, load_data
 from hydra_jax.experiments.workdir import CONFIG_FILE, Workdir, layout
 from hydra_jax.models import Model, kinds
-from hydra_jax.models.sharding import barrier, is_primary, make_mesh
+from hydra_jax.models.sharding import barrier, make_mesh
 from hydra_jax.training import fit
 
 
@@ -224,8 +225,9 @@ def _evaluate(config: ml_collections.ConfigDict, workdir: Workdir) -> dict[str, 
     results["stages"] = workdir.train_stages()
     text = report.markdown(config.title, sections, results["stages"], bool(to_evaluate))
     logs = report.training_logs(workdir.path)
-    if logs and is_primary():  # the runs this workdir trained (a study on another's models: none)
-        report.loss_curves(workdir / "plots" / "training_loss.png", logs, config.title)
+    if logs:  # the runs this workdir trained (a study on another's models: none)
+        draw = functools.partial(report.loss_curves, logs=logs, title=config.title)
+        workdir.write_plots(lambda directory: draw(directory / "training_loss.png"))
         text += report.training_section(logs, "plots/training_loss.png")
     workdir.write_results(results, text, config)
     barrier("wrote the results")

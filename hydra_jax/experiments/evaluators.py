@@ -9,18 +9,19 @@ study's evaluators from its config and sets; a new evaluator is one new class th
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import ml_collections
 import numpy as np
 
 from hydra_jax import metrics
-from hydra_jax.evaluation import Method, cost, ood_metrics, predict, report, save_predictions
+from hydra_jax.evaluation import Method, cost, ood_metrics, predict, report
 from hydra_jax.evaluation import softmax as to_probs
 from hydra_jax.experiments.study_data import StudyData, latency_batch
 from hydra_jax.experiments.workdir import Workdir
-from hydra_jax.models.sharding import is_primary
 
 Predictions = dict[str, np.ndarray]
 
@@ -170,16 +171,13 @@ def evaluate_methods(
     for method in to_evaluate:
         with workdir.stage(f"predict {method.name}"):
             predictions = predictions_of(method, study, config.eval.batch_size)
-        if is_primary():
-            save_predictions(workdir.at("predictions", method=method.name), predictions)
-            _plots(workdir, method.name, predictions, list(study.ood))
+        workdir.write_arrays(workdir.at("predictions", method=method.name), predictions)
+        workdir.write_plots(functools.partial(_plots, method.name, predictions, list(study.ood)))
         results[method.name] = {e.key: e(predictions, method) for e in evaluators}
     return results, [e.section(results) for e in evaluators]
 
 
-def _plots(workdir: Workdir, name: str, predictions: Predictions, ood_sets: list[str]) -> None:
-    directory = workdir.at("plots")
-    directory.mkdir(parents=True, exist_ok=True)
+def _plots(name: str, predictions: Predictions, ood_sets: list[str], directory: Path) -> None:
     report.reliability_plot(
         directory / f"reliability_{name}.png",
         predictions["id_probs"],

@@ -13,6 +13,7 @@ percentage of test examples whose predicted class equals the unpruned model's.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,6 @@ from hydra_jax.evaluation.report import pyplot
 from hydra_jax.experiments.analyses import Context
 from hydra_jax.heads import hies, his_and_entropy, keep_mask, score
 from hydra_jax.models import Model
-from hydra_jax.models.sharding import is_primary
 
 CRITERIA = ("random", "l2", "his", "ad", "hies")  # ad: attention entropy, low = important
 CURVE_METRICS = ("acc", "stability", "ece", "nll", "ood_auroc")
@@ -174,8 +174,7 @@ def train(context: Context) -> None:
                     np.mean(predict(keep, validation).argmax(-1) == validation.labels)
                 )
             alphas[str(ratio)] = max(settings.alphas, key=lambda a: (accuracy[a], -a))
-    if is_primary():
-        np.savez(workdir / SCORES_FILE, **scores)
+    workdir.write_arrays(workdir / SCORES_FILE, scores)
     workdir.write_json(ALPHAS_FILE, alphas)
 
 
@@ -218,17 +217,18 @@ def evaluate(context: Context) -> tuple[dict[str, Any], list[str]]:
         "scores": {k: v.tolist() for k, v in {**scores, "ad": 1 - entropy}.items()},
         "stability_definition": "ours: % of ID test examples predicted as the unpruned model does",
     }
-    if is_primary():  # several processes: one writes
-        _plot_curves(workdir.at("plots"), settings, curves)
-        _plot_scores(
-            workdir.at("plots"),
-            {
+    workdir.write_plots(functools.partial(_plot_curves, settings=settings, curves=curves))
+    workdir.write_plots(
+        functools.partial(
+            _plot_scores,
+            scores={
                 "HIS": his,
                 "AE (entropy)": entropy,
                 "L2": scores["l2"],
                 "HIES alpha=0.5": hies(his, entropy, 0.5),
             },
         )
+    )
     return results, section(settings, results)
 
 
@@ -273,7 +273,6 @@ def section(settings: ml_collections.ConfigDict, results: dict[str, Any]) -> lis
 
 def _plot_curves(directory: Path, settings: ml_collections.ConfigDict, curves: dict) -> None:
     plt = pyplot()
-    directory.mkdir(parents=True, exist_ok=True)
     ratios = [float(r) for r in settings.ratios]
     keys = curve_metrics(curves)
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.5))

@@ -17,11 +17,12 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import ml_collections
+import numpy as np
 from flax import traverse_util
 
 from hydra_jax import checks
@@ -303,6 +304,20 @@ class Workdir:
         results["config"] = json.loads(config.to_json_best_effort())
         self.write_json(RESULTS_FILE, results)
         self.write_text(REPORT_FILE, report)
+
+    def write_arrays(self, path: Path, arrays: dict[str, Any]) -> None:
+        """Writes `arrays` to the `.npz` file `path` in the workdir (process 0 only)."""
+        if is_primary():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.savez_compressed(path, **arrays)
+
+    def write_plots(self, draw: Callable[[Path], None]) -> None:
+        """Lets `draw(directory)` write its plots into the workdir's `plots/` (process 0
+        only)."""
+        if is_primary():
+            directory = self.at("plots")
+            directory.mkdir(parents=True, exist_ok=True)
+            draw(directory)
 
     def write_text(self, name: str, text: str) -> None:
         """Writes `name` (process 0 only), creating its folder."""

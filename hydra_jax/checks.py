@@ -1,6 +1,9 @@
-"""Argument checks shared by every layer (numpy only): a count that must be an integer."""
+"""Argument checks shared by every layer (numpy only): a count that must be an integer, names
+given as a sequence or comma-separated."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -21,3 +24,11 @@ def count(name: str, value: object, minimum: int = 1) -> int:
         kind = _KIND.get(minimum, f"an integer of at least {minimum}")
         raise ValueError(f"{name} must be {kind}, got {value!r}")
     return int(value)
+
+
+def split_names(names: Sequence[str] | str) -> list[str]:
+    """`names`, a sequence or comma-separated as on the command line
+    (`single,deep_ensemble,hydra_taylor`), as a list."""
+    if isinstance(names, str):
+        return [n.strip() for n in names.split(",") if n.strip()]
+    return list(names)

@@ -42,12 +42,14 @@ def _encode(x: Any) -> Any:
     return list(x) if isinstance(x, tuple) else x
 
 
-def _decode(x: Any) -> Any:
+def _decode(x: Any, known: dict[str, type]) -> Any:
+    """The config `_encode` wrote; `known`: the config classes by name (`_config_classes`)."""
     if isinstance(x, dict) and "__config__" in x:
-        kind, known = x["__config__"], _config_classes()
+        kind = x["__config__"]
         if kind not in known:
             raise ValueError(f"unknown config kind {kind!r}; known: {sorted(known)}")
-        return known[kind](**{k: _decode(v) for k, v in x.items() if k != "__config__"})
+        fields = {k: _decode(v, known) for k, v in x.items() if k != "__config__"}
+        return known[kind](**fields)
     return tuple(x) if isinstance(x, list) else x  # the only lists are head-count tuples
 
 
@@ -71,6 +73,6 @@ def load_model(path: str | Path) -> Model:
     path = Path(path).absolute()
     if not (path / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{path} holds no saved model (no {CONFIG_FILE})")
-    config = _decode(json.loads((path / CONFIG_FILE).read_text()))
+    config = _decode(json.loads((path / CONFIG_FILE).read_text()), _config_classes())
     target = jax.eval_shape(lambda: Model.init(config, jax.random.key(0)).params)
     return Model(config, ocp.StandardCheckpointer().restore(path / "params", target))

@@ -175,7 +175,7 @@ def batch_ensemble_from(
 def lora_ensemble_from(
     model: Model, num_members: int, rng: jax.Array, settings: Any, num_labels: int | None
 ) -> Model:
-    targets = tuple(t.strip() for t in str(settings["targets"]).split(",") if t.strip())
+    targets = tuple(checks.split_names(settings["targets"]))
     return lora_ensemble(
         model, num_members, rng, settings["rank"], settings["alpha"], targets, num_labels
     )

@@ -158,13 +158,9 @@ class Members:
             members.member_seeds(config, count),
             initial=self.starting_point,
             publish=functools.partial(
-                _publish, files_from=files_from, our_pixels=files_from is None
+                artefacts.publish, files_from=files_from, our_pixels=files_from is None
             ),
         )
-
-
-def _publish(model: Model, path: Path, files_from: Path | None, our_pixels: bool) -> None:
-    artefacts.publish(model, path, files_from=files_from, our_pixels=our_pixels)
 
 
 def zero_shot_classifier(

@@ -17,16 +17,17 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import ml_collections
-import numpy as np
 from flax import traverse_util
 
 from hydra_jax import checks
+from hydra_jax.checks import split_names
 from hydra_jax.data.text import MIN_TOKENS
+from hydra_jax.evaluation import save_predictions
 from hydra_jax.experiments import migrations
 from hydra_jax.models import kinds
 from hydra_jax.models.sharding import barrier, is_primary
@@ -101,14 +102,6 @@ def flat(config: ml_collections.ConfigDict | dict) -> dict[str, Any]:
 def layout(root: Path | str, what: str, **names: Any) -> Path:
     """Where a workdir `root` holds `what` (a key of `LAYOUT`), its names filled in."""
     return Path(root) / LAYOUT[what].format(**names)
-
-
-def split_names(names: Sequence[str] | str) -> list[str]:
-    """`names`, a sequence or comma-separated as on the command line
-    (`single,deep_ensemble,hydra_taylor`), as a list."""
-    if isinstance(names, str):
-        return [n.strip() for n in names.split(",") if n.strip()]
-    return list(names)
 
 
 def config_differences(config: ml_collections.ConfigDict, recorded: dict) -> list[str]:
@@ -308,8 +301,7 @@ class Workdir:
     def write_arrays(self, path: Path, arrays: dict[str, Any]) -> None:
         """Writes `arrays` to the `.npz` file `path` in the workdir (process 0 only)."""
         if is_primary():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            np.savez_compressed(path, **arrays)
+            save_predictions(path, arrays)
 
     def write_plots(self, draw: Callable[[Path], None]) -> None:
         """Lets `draw(directory)` write its plots into the workdir's `plots/` (process 0

@@ -1,4 +1,5 @@
-"""Uncertainty metrics as pure numpy functions (float64), matching torch-uncertainty conventions.
+"""Classification, calibration and OOD-detection metrics as pure numpy functions (float64),
+matching torch-uncertainty conventions.
 
 Notation: `p_m` member softmax `[B, M, C]`, `p = mean_m p_m` `[B, C]`, `y_hat = argmax p`.
 A single model is the case M = 1: `[B, C]` inputs are read as `[B, 1, C]`.
@@ -147,6 +148,30 @@ def calibration(
     }
 
 
+def classwise_ece(probs: np.ndarray, labels: np.ndarray, num_bins: int = 15) -> float:
+    """Classwise ECE (Kull et al. 2019): the mean over classes c of the equal-width-binned ECE
+    of `p_c` as the probability that the label is c, on the member-mean probabilities:
+    `1/C sum_c sum_b n_bc / N |mean_b 1[y = c] - mean_b p_c|`.
+
+    Refuses what `classification` refuses.
+    """
+    members = _member_probs(probs)
+    _check_distributions(members)
+    B, _, C = members.shape
+    labels = check_labels(labels, B, C)
+    checks.count("num_bins", num_bins)
+    p = members.mean(1)  # [B, C]
+    edges = np.linspace(0.0, 1.0, num_bins + 1)
+    which = np.clip(np.searchsorted(edges, p, side="right") - 1, 0, num_bins - 1)  # [B, C]
+    hit = (labels[:, None] == np.arange(C)).astype(np.float64)  # [B, C]
+    total = 0.0
+    for c in range(C):
+        count = np.bincount(which[:, c], minlength=num_bins)
+        gap = np.bincount(which[:, c], hit[:, c] - p[:, c], num_bins)  # n_b (acc_b - conf_b)
+        total += np.abs(gap[count > 0]).sum() / B
+    return float(total / C)
+
+
 def reliability(confidence: np.ndarray, correct: np.ndarray, num_bins: int = 15) -> dict:
     """Per equal-width bin: count, mean confidence and accuracy (NaN where empty), for plots.
 
@@ -171,7 +196,8 @@ def classification(probs: np.ndarray, labels: np.ndarray, num_bins: int = 15) ->
       num_bins: calibration bins.
 
     Returns:
-      Fractions and nats: `acc, nll, brier, ece, aece, mce, entropy`, and for M > 1
+      Fractions and nats: `acc, nll, brier, ece, aece, mce, cwece` (`classwise_ece`),
+      `entropy`, and for M > 1
       `mutual_information, disagreement, pairwise_kl`.
 
     Raises:
@@ -193,6 +219,7 @@ def classification(probs: np.ndarray, labels: np.ndarray, num_bins: int = 15) ->
         "nll": float(-np.log(np.maximum(p[np.arange(B), labels], _TINY)).mean()),
         "brier": float(np.sum((p - onehot) ** 2, axis=-1).mean()),
         **calibration(confidence, correct, num_bins),
+        "cwece": classwise_ece(members, labels, num_bins),
         "entropy": float(_entropy(p).mean()),
     }
     if M > 1:
@@ -228,7 +255,7 @@ def diversity(members: np.ndarray) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------- OOD scores
 
-OodScore = Literal["msp", "entropy", "mi", "energy"]
+OodScore = Literal["msp", "entropy", "mi", "energy", "max_logit"]
 
 
 def ood_score(
@@ -239,8 +266,9 @@ def ood_score(
     Args:
       probs: member probabilities `[B, M, C]` or `[B, C]`.
       kind: `msp` (-max_c p_c), `entropy` (H(p)), `mi` (mutual information between members),
-        `energy` (-logsumexp_c of the member-mean logits; needs `logits`).
-      logits: member logits, same shape as `probs`, for `energy`.
+        `energy` (-logsumexp_c of the member-mean logits; needs `logits`), `max_logit`
+        (-max_c of the member-mean logits, Hendrycks et al. 2022; needs `logits`).
+      logits: member logits, same shape as `probs`, for `energy` and `max_logit`.
 
     Raises:
       ValueError: NaN/inf or empty `probs`, or `probs` that are not probabilities (logits?).
@@ -254,13 +282,15 @@ def ood_score(
         return _entropy(p)
     if kind == "mi":
         return np.maximum(_entropy(p) - _entropy(members).mean(1), 0.0)
-    if kind == "energy":
+    if kind in ("energy", "max_logit"):
         if logits is None:
-            raise ValueError("the energy score needs logits")
+            raise ValueError(f"the {kind} score needs logits")
         mean_logits = _member_probs(logits).mean(1)  # [B, C]
         top = mean_logits.max(-1, keepdims=True)
+        if kind == "max_logit":
+            return -top[:, 0]
         return -(top[:, 0] + np.log(np.exp(mean_logits - top).sum(-1)))
-    raise ValueError(f"unknown OOD score {kind!r}; choose msp, entropy, mi or energy")
+    raise ValueError(f"unknown OOD score {kind!r}; choose msp, entropy, mi, energy or max_logit")
 
 
 def _roc_points(id_scores: np.ndarray, ood_scores: np.ndarray) -> tuple:

@@ -104,10 +104,16 @@ def test_fused_equals_members_run_alone(base, head_sets):
     fused = hydra.fuse(members)
     from_generator = hydra.fuse(member for member in members)  # any iterable of members
     assert jax.tree.all(jax.tree.map(np.array_equal, from_generator.params, fused.params))
-    logits = run(fused, **batch).logits
+    out = run(fused, **batch)
+    logits = out.logits
     assert logits.shape == (7, M, 2)
+    assert out.features.shape == (7, M, model.config.encoder.width)
     for m, member in enumerate(members):  # three different programs, one function
-        assert_close(logits[:, m], run(member, **batch).logits)
+        alone = run(member, **batch)
+        assert_close(logits[:, m], alone.logits)
+        # The feature detectors' input: the tanh pooler of the x5 weights, 1.1e-5 of its scale
+        # apart between the two programs on a Xeon (the logits, a sum over it, less).
+        assert_close(out.features[:, m], alone.features, rtol=5e-5)
         masked = run(model, **batch, head_mask=head_sets[m].astype(np.float32)).logits
         assert_close(logits[:, m], masked)
 
@@ -186,10 +192,29 @@ def test_fused_vision_members_equal_members_run_alone(vision_models, family):
     for m, member in enumerate(members):
         alone = run(member, **batch)
         assert_close(out.logits[:, m], alone.logits)
+        assert_close(out.features[:, m], alone.features)
         masked = run(model, **batch, head_mask=sets[m].astype(np.float32)).logits
         assert_close(out.logits[:, m], masked)
     if family != "vit":  # the projected embeddings too
         assert_close(out.embeds[:, 1], run(members[1], **batch).embeds)
+
+
+def test_features_are_what_the_classifier_reads(base, vision_models):
+    """`ModelOutput.features`: a BERT's and a ViT's logits are their dense classifier applied
+    to them; a zero-shot tower's are its scaled cosine with the class embeddings."""
+    for model, batch in (base, vision_models["vit"]):
+        out = run(model, **batch)
+        head = model.params["classifier"]
+        expected = np.asarray(out.features) @ np.asarray(head["kernel"]) + np.asarray(head["bias"])
+        assert_close(out.logits, expected)
+    model, batch = vision_models["tower"]
+    out = run(model, **batch)
+    np.testing.assert_allclose(np.linalg.norm(out.features, axis=-1), 1.0, rtol=1e-5)
+    p = model.params
+    classes = np.asarray(p["class_embeds"])
+    classes = classes / np.linalg.norm(classes, axis=-1, keepdims=True)
+    scale = np.exp(np.asarray(p["logit_scale"]))
+    assert_close(out.logits, scale * np.asarray(out.features) @ classes.T)
 
 
 def test_fused_model_saves_and_restores(base, head_sets, vision_models, tmp_path):

@@ -1,4 +1,5 @@
-"""Uncertainty baselines as forward functions `(batch) -> member logits [B, M, C]`.
+"""Uncertainty baselines as forward functions `(batch) -> member logits [B, M, C]` (or, with
+`read=with_features`, the pair of member logits and member features `[B, M, F]`).
 
 `single` is one fine-tuned model (M = 1); `deep_ensemble` stacks M independently fine-tuned
 models' weights on a leading axis and runs them with `vmap`; `mc_dropout` keeps dropout on at
@@ -17,8 +18,25 @@ import jax.numpy as jnp
 
 from hydra_jax import checks
 from hydra_jax.models import Model
+from hydra_jax.models.outputs import ModelOutput
 
-Forward = Callable[[Any, dict[str, jax.Array]], jax.Array]  # (weights, batch) -> [B, M, C]
+Forward = Callable[[Any, dict[str, jax.Array]], Any]  # (weights, batch) -> [B, M, C] logits
+Read = Callable[[ModelOutput], Any]  # what a forward returns of a model's output, per member
+
+
+def logits(out: ModelOutput) -> jax.Array:
+    return out.logits
+
+
+class NoFeaturesError(ValueError):
+    """A model whose output has no `features` (no linear classifier, or a kind that sets none)."""
+
+
+def with_features(out: ModelOutput) -> tuple[jax.Array, jax.Array]:
+    """The logits and what the final linear classifier reads (`ModelOutput.features`)."""
+    if out.features is None:
+        raise NoFeaturesError("this model's output has no features (no linear classifier)")
+    return out.logits, out.features
 
 
 def stack(models: Sequence[Model]) -> Any:
@@ -31,30 +49,32 @@ def stack(models: Sequence[Model]) -> Any:
     return jax.tree.map(lambda *leaves: jnp.stack(leaves), *(m.params for m in models))
 
 
-def single(model: Model) -> Forward:
-    def forward(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
-        return model.apply(params, **batch).logits[:, None, :]  # [B, 1, C]
+def single(model: Model, read: Read = logits) -> Forward:
+    def forward(params: Any, batch: dict[str, jax.Array]) -> Any:
+        out = read(model.apply(params, **batch))
+        return jax.tree.map(lambda y: y[:, None], out)  # [B, 1, ...]
 
     return forward
 
 
-def deep_ensemble(model: Model) -> Forward:
+def deep_ensemble(model: Model, read: Read = logits) -> Forward:
     """Forward over stacked weights (`stack`); `model` supplies only the architecture."""
 
-    def forward(stacked: Any, batch: dict[str, jax.Array]) -> jax.Array:
-        member = lambda p: model.apply(p, **batch).logits  # noqa: E731  [B, C]
-        return jax.vmap(member, out_axes=1)(stacked)  # [B, M, C]
+    def forward(stacked: Any, batch: dict[str, jax.Array]) -> Any:
+        member = lambda p: read(model.apply(p, **batch))  # noqa: E731  [B, ...]
+        return jax.vmap(member, out_axes=1)(stacked)  # [B, M, ...]
 
     return forward
 
 
-def mc_dropout(model: Model, samples: int, seed: int = 0) -> Forward:
+def mc_dropout(model: Model, samples: int, seed: int = 0, read: Read = logits) -> Forward:
     """S dropout samples; sample s uses the same key for every batch (reproducible)."""
     checks.count("samples", samples)
     keys = jax.random.split(jax.random.key(seed), samples)
 
-    def forward(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
-        member = lambda k: model.apply(params, **batch, dropout_rng=k).logits  # noqa: E731
-        return jax.lax.map(member, keys).swapaxes(0, 1)  # [S, B, C] -> [B, S, C]
+    def forward(params: Any, batch: dict[str, jax.Array]) -> Any:
+        member = lambda k: read(model.apply(params, **batch, dropout_rng=k))  # noqa: E731
+        out = jax.lax.map(member, keys)  # [S, B, ...]
+        return jax.tree.map(lambda y: y.swapaxes(0, 1), out)  # [B, S, ...]
 
     return forward

@@ -2,12 +2,10 @@
 
 from hydra_jax.evaluation import report, seeds
 from hydra_jax.evaluation.predict import (
-    OOD_SCORES,
     Method,
     cost,
     logits_forward,
-    method_metrics,
-    ood_metrics,
+    model_method,
     predict,
     save_predictions,
     softmax,
@@ -16,12 +14,10 @@ from hydra_jax.evaluation.predict import (
 )
 
 __all__ = [
-    "OOD_SCORES",
     "Method",
     "cost",
     "logits_forward",
-    "method_metrics",
-    "ood_metrics",
+    "model_method",
     "predict",
     "report",
     "save_predictions",

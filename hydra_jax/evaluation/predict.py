@@ -1,8 +1,9 @@
 """Prediction (the one loop every caller uses), metrics per method, costs, artefacts on disk.
 
 Artefacts: `results.json` (fractions), `report.md` (percentages),
-`predictions/NAME.npz` (member probabilities and logits for the ID test set and every OOD set,
-plus labels, so every number can be recomputed) and `plots/`.
+`predictions/NAME.npz` (member logits and probabilities of every evaluated set, member features
+where a feature-space detector reads them, and labels, so every number can be recomputed) and
+`plots/`.
 """
 
 from __future__ import annotations
@@ -17,13 +18,11 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from hydra_jax import checks, metrics
+from hydra_jax import checks
 from hydra_jax.data import Dataset, eval_batches
-from hydra_jax.ensembles.baselines import Forward
+from hydra_jax.ensembles.baselines import Forward, NoFeaturesError, Read, logits, with_features
 from hydra_jax.models.architectures import weight_count
 from hydra_jax.models.sharding import overlapped, place_batch, place_params
-
-OOD_SCORES = ("msp", "entropy", "energy", "mi")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +32,9 @@ class Method:
     `stacked`: every weight has a leading member axis (a Deep Ensemble's `stack`), which a mesh
     splits over `member` (`hydra_jax.models.sharding`). `loop_trips`: how many times the
     forward runs a loop body that XLA's cost analysis counts once (MC dropout's `lax.map` over
-    its samples); its FLOPs are multiplied by it.
+    its samples); its FLOPs are multiplied by it. `features`: the same forward returning the
+    member logits and member features `[B, M, F]` (`ModelOutput.features`) from one pass, or
+    None where the method has none.
     """
 
     name: str
@@ -41,14 +42,18 @@ class Method:
     weights: Any
     stacked: bool = False
     loop_trips: int = 1
+    features: Forward | None = None
 
     @property
     def num_params(self) -> int:
         return weight_count(self.weights)
 
 
-def predict(method: Method, data: Dataset, batch_size: int, progress: bool = True) -> np.ndarray:
-    """Member logits `[N, M, C]` in the order of `data`, from size-sorted batches.
+def predict(
+    method: Method, data: Dataset, batch_size: int, progress: bool = True, features: bool = False
+) -> Any:
+    """Member logits `[N, M, C]` in the order of `data`, from size-sorted batches; with
+    `features`, the pair of member logits and member features `[N, M, F]` (one pass).
 
     Every batch has `batch_size` rows (the last is filled), so one compiled program serves a
     whole dataset; `jax.jit` caches it on `method.forward`, so calls with other weights (other
@@ -56,58 +61,32 @@ def predict(method: Method, data: Dataset, batch_size: int, progress: bool = Tru
     """
     if len(data) == 0:
         raise ValueError(f"{method.name}: no examples to predict")
-    forward = jax.jit(method.forward)
+    if features and method.features is None:
+        raise NoFeaturesError(f"{method.name} has no features forward")
+    forward = jax.jit(method.features if features else method.forward)
     weights = place_params(method.weights, method.stacked)  # on the current mesh, if any
-    out = None
+    out: list[np.ndarray] | None = None
     batches = tqdm(
         eval_batches(data.lengths, batch_size), desc=method.name, leave=False, disable=not progress
     )
 
-    def dispatch(index: np.ndarray) -> jax.Array:
+    def dispatch(index: np.ndarray) -> Any:
         return forward(weights, place_batch(data.batch(index, batch_size)))
 
-    for index, logits in overlapped(batches, dispatch):  # the next batch runs while one is read
+    for index, arrays in overlapped(batches, dispatch):  # the next batch runs while one is read
+        arrays = arrays if features else (arrays,)
         if out is None:
-            out = np.zeros((len(data), *logits.shape[1:]), np.float32)
-        out[index] = logits[: len(index)]
-    return out
+            out = [np.zeros((len(data), *a.shape[1:]), np.float32) for a in arrays]
+        for buffer, a in zip(out, arrays, strict=True):
+            buffer[index] = a[: len(index)]
+    assert out is not None
+    return tuple(out) if features else out[0]
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
     z = logits - logits.max(-1, keepdims=True)
     e = np.exp(z)
     return (e / e.sum(-1, keepdims=True)).astype(np.float32)
-
-
-def method_metrics(
-    predictions: dict[str, np.ndarray], ood_sets: list[str], num_bins: int = 15
-) -> dict[str, Any]:
-    """ID and per-OOD-set metrics from a predictions dict (the contents of `NAME.npz`)."""
-    return {
-        "id": metrics.classification(predictions["id_probs"], predictions["labels"], num_bins),
-        "ood": ood_metrics(predictions, ood_sets),
-    }
-
-
-def ood_metrics(predictions: dict[str, np.ndarray], ood_sets: list[str]) -> dict[str, Any]:
-    """Per OOD set, detection of it against the ID test set by each score (MSP at the top
-    level, every score under `by_score`), and the mean over the sets (none: no mean)."""
-    id_probs, id_logits = predictions["id_probs"], predictions["id_logits"]
-    members = id_probs.shape[1]
-    scores = [s for s in OOD_SCORES if s != "mi" or members > 1]
-    id_scores = {s: metrics.ood_score(id_probs, s, id_logits) for s in scores}
-    ood: dict[str, Any] = {}
-    for name in ood_sets:
-        probs, logits = predictions[f"ood_{name}_probs"], predictions[f"ood_{name}_logits"]
-        by_score = {
-            s: metrics.ood(id_scores[s], metrics.ood_score(probs, s, logits)) for s in scores
-        }
-        ood[name] = {**by_score["msp"], "by_score": by_score}
-    if ood_sets:  # a study may have none (calibration only)
-        ood["mean"] = {
-            k: float(np.mean([ood[n][k] for n in ood_sets])) for k in ("auroc", "aupr", "fpr95")
-        }
-    return ood
 
 
 def xla_flops(compiled: Any) -> float:
@@ -147,11 +126,19 @@ def write_results(workdir: Path, results: dict[str, Any]) -> None:
     (workdir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
 
 
-def logits_forward(model: Any) -> Forward:
-    """`(params, batch) -> [B, M, C]` of a classifier (M = 1) or a fused Hydra (M members)."""
+def logits_forward(model: Any, read: Read = logits) -> Forward:
+    """`(params, batch) -> [B, M, C]` of a classifier (M = 1) or a fused Hydra or single-pass
+    ensemble (M members); with `read=with_features`, member logits and member features."""
 
-    def forward(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
-        logits = model.apply(params, **batch).logits
-        return logits if logits.ndim == 3 else logits[:, None, :]
+    def forward(params: Any, batch: dict[str, jax.Array]) -> Any:
+        out = read(model.apply(params, **batch))
+        ndim = jax.tree.leaves(out)[0].ndim  # the logits': [B, C] or [B, M, C]
+        return out if ndim == 3 else jax.tree.map(lambda y: y[:, None], out)
 
     return forward
+
+
+def model_method(name: str, model: Any) -> Method:
+    """A classifier, fused Hydra or single-pass ensemble as a method, with its features."""
+    features = logits_forward(model, with_features)
+    return Method(name, logits_forward(model), model.params, features=features)

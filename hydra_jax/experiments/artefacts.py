@@ -15,7 +15,7 @@ import ml_collections
 from hydra_jax import data
 from hydra_jax.convert import from_pretrained, save_pretrained
 from hydra_jax.convert.native import load_model
-from hydra_jax.evaluation import Method, logits_forward
+from hydra_jax.evaluation import Method, model_method
 from hydra_jax.experiments.study_data import checkpoint_dir, num_classes
 from hydra_jax.experiments.workdir import layout
 from hydra_jax.models import EncoderConfig, Model, ViTConfig, with_dtype
@@ -113,4 +113,4 @@ def _write_pixel_processor(path: Path) -> None:
 def saved_method(name: str, path: Path, dtype: str) -> Method:
     """The model `save_model` wrote to `path` as method `name`, computing in `dtype`."""
     model = with_dtype(load_model(path), dtype)  # a fused Hydra, or one pruned member
-    return Method(name, logits_forward(model), model.params)
+    return model_method(name, model)

@@ -76,18 +76,22 @@ class Trained:
 
 def single(name: str, trained: Trained) -> Method:
     model = trained.member(0)
-    return Method(name, baselines.single(model), model.params)
+    features = baselines.single(model, baselines.with_features)
+    return Method(name, baselines.single(model), model.params, features=features)
 
 
 def deep_ensemble(name: str, trained: Trained) -> Method:
     models = [trained.member(m) for m in range(trained.members_config.ensemble_size)]
-    return Method(name, baselines.deep_ensemble(models[0]), baselines.stack(models), True)
+    forward, weights = baselines.deep_ensemble(models[0]), baselines.stack(models)
+    features = baselines.deep_ensemble(models[0], baselines.with_features)
+    return Method(name, forward, weights, stacked=True, features=features)
 
 
 def mc_dropout(name: str, trained: Trained) -> Method:
     model, samples = trained.member(0), trained.members_config.mc_dropout_samples
     forward = baselines.mc_dropout(model, samples)
-    return Method(name, forward, model.params, loop_trips=samples)
+    features = baselines.mc_dropout(model, samples, read=baselines.with_features)
+    return Method(name, forward, model.params, loop_trips=samples, features=features)
 
 
 def hydra(name: str, trained: Trained) -> Method:

@@ -189,12 +189,15 @@ class Bert(StagedEncoder):
         `x` `[B, T, D]` (`key_mask`: unused, every family's head takes it)."""
         del key_mask
         c = self.config
-        pooled = logits = None
+        pooled = logits = features = None
         if c.pooler:
             pooled = jnp.tanh(self.pooler(x[:, 0]))  # [B, D]
         if c.num_labels:
-            logits = self.classifier(self._classifier_input(x, pooled, deterministic))  # [B, C]
-        return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits)
+            features = self._classifier_input(x, pooled, deterministic)  # [B, D]
+            logits = self.classifier(features)  # [B, C]
+        return ModelOutput(
+            last_hidden_state=x, pooler_output=pooled, logits=logits, features=features
+        )
 
     def _classifier_input(
         self, x: jax.Array, pooled: jax.Array | None, deterministic: bool

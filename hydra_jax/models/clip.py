@@ -203,10 +203,17 @@ class CLIPVision(StagedEncoder):
         del deterministic, key_mask  # no dropout after the encoder; no padding
         pooled = self.post_norm(x[:, 0])  # [B, D]
         embeds = self.projection(wide(pooled))  # [B, E]
-        logits = None
+        logits = features = None
         if self.num_labels:  # [B, C]
             logits = zero_shot_logits(embeds, self.class_embeds, self.logit_scale)
-        return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits, embeds=embeds)
+            features = normalise(embeds)  # logits are linear in it
+        return ModelOutput(
+            last_hidden_state=x,
+            pooler_output=pooled,
+            logits=logits,
+            embeds=embeds,
+            features=features,
+        )
 
     def __call__(
         self,
@@ -236,7 +243,10 @@ class CLIPClassifier(CLIPVision):
         del deterministic, key_mask  # no dropout after the encoder; no padding
         pooled = wide(x[:, 1:]).mean(axis=1)  # [B, D]: the patch tokens, CLS left out
         logits = self.classifier(pooled) if self.num_labels else None
-        return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits)
+        features = pooled if self.num_labels else None
+        return ModelOutput(
+            last_hidden_state=x, pooler_output=pooled, logits=logits, features=features
+        )
 
 
 class CLIP(nn.Module):

@@ -79,9 +79,11 @@ def _run(
 
 
 def _member_logits(config: MimoConfig, out: ModelOutput) -> ModelOutput:
-    """`logits` `[B, M K]` -> `[B, M, K]` (member m's are classes `m K .. (m + 1) K`)."""
+    """`logits` `[B, M K]` -> `[B, M, K]` (member m's are classes `m K .. (m + 1) K`); the
+    members read the one network's features: `[B, F]` -> `[B, M, F]`."""
     B, M = out.logits.shape[0], config.num_members
-    return out.replace(logits=out.logits.reshape(B, M, config.member.num_labels))
+    features = jnp.broadcast_to(out.features[:, None], (B, M, out.features.shape[-1]))
+    return out.replace(logits=out.logits.reshape(B, M, config.member.num_labels), features=features)
 
 
 def apply_members(

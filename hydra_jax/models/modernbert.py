@@ -104,7 +104,7 @@ class ModernBert(StagedEncoder):
         or the mean over `key_mask`'s real tokens) through the head to logits `[B, C]`."""
         c = self.config
         x = self.final_norm(x)
-        logits = None
+        logits = features = None
         if c.num_labels:
             if c.pooling == "cls":
                 pooled = x[:, 0]
@@ -114,9 +114,9 @@ class ModernBert(StagedEncoder):
                 ).astype(wide(x).dtype)[:, :, None]  # [B, T, 1]
                 pooled = (wide(x) * real).sum(1) / real.sum(1)  # [B, D]
             h = ACTIVATIONS[c.head_activation](self.pre_classifier(pooled))
-            h = self.classifier_drop(wide(self.head_norm(h)), deterministic=deterministic)
-            logits = self.classifier(h)  # [B, C]
-        return ModelOutput(last_hidden_state=x, logits=logits)
+            features = self.classifier_drop(wide(self.head_norm(h)), deterministic=deterministic)
+            logits = self.classifier(features)  # [B, C]
+        return ModelOutput(last_hidden_state=x, logits=logits, features=features)
 
     def __call__(
         self,

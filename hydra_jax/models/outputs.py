@@ -16,6 +16,9 @@ class ModelOutput:
       logits: `[B, C]` with a classifier, else None.
       attentions: `[L, B, N, T, S]` when requested (a per-layer tuple if head counts differ).
       embeds: `[B, E]` projected (not normalised) CLIP tower embedding, else None.
+      features: `[B, F]` float32, what the final linear classifier reads (`logits = features @
+        W + b`; a zero-shot classifier's normalised image embedding), with a classifier, else
+        None: the penultimate features of feature-space OOD detectors.
     """
 
     last_hidden_state: jax.Array
@@ -23,6 +26,7 @@ class ModelOutput:
     logits: jax.Array | None = None
     attentions: jax.Array | tuple[jax.Array, ...] | None = None
     embeds: jax.Array | None = None
+    features: jax.Array | None = None
 
 
 @struct.dataclass

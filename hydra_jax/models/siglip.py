@@ -206,11 +206,16 @@ class SiglipVision(StagedEncoder):
         del deterministic, key_mask  # no dropout after the encoder; no padding
         x = self.post_norm(x)
         pooled = self.pool(x)  # [B, D]
-        logits = None
+        logits = features = None
         if self.num_labels:
             logits = sigmoid_logits(pooled, self.class_embeds, self.logit_scale, self.logit_bias)
+            features = normalise(wide(pooled))  # logits are affine in it
         return ModelOutput(
-            last_hidden_state=x, pooler_output=pooled, logits=logits, embeds=wide(pooled)
+            last_hidden_state=x,
+            pooler_output=pooled,
+            logits=logits,
+            embeds=wide(pooled),
+            features=features,
         )
 
     def __call__(
@@ -240,7 +245,10 @@ class SiglipClassifier(SiglipVision):
         x = self.post_norm(x)
         pooled = wide(x).mean(axis=1)  # [B, D]
         logits = self.classifier(pooled) if self.num_labels else None
-        return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits)
+        features = pooled if self.num_labels else None
+        return ModelOutput(
+            last_hidden_state=x, pooler_output=pooled, logits=logits, features=features
+        )
 
 
 class Siglip(nn.Module):

@@ -200,21 +200,31 @@ class ViT(StagedEncoder):
         del deterministic, key_mask  # no dropout after the encoder; no padding
         c = self.config
         x = self.final_norm(x)
-        pooled = logits = embeds = None
+        pooled = logits = embeds = features = None
         if c.pooler:
             pooled = ACTIVATIONS[c.pooler_activation](self.pooler(x[:, 0]))
         if c.projection_dim:
             embeds = self.projection(wide(pooled))  # [B, E]
         if c.num_labels and c.projection_dim:  # [B, C]
             logits = zero_shot_logits(embeds, self.class_embeds, self.logit_scale)
+            features = normalise(embeds)  # logits are linear in it
         elif c.num_labels and c.dinov2:  # CLS and the mean patch: [B, 2D]
             patches = wide(x[:, 1 + c.register_tokens :]).mean(1)
-            logits = self.classifier(jnp.concatenate([wide(x[:, 0]), patches], -1))
+            features = jnp.concatenate([wide(x[:, 0]), patches], -1)
+            logits = self.classifier(features)
         elif c.num_labels:
-            logits = self.classifier(wide(x[:, 0]))  # [B, C]
+            features = wide(x[:, 0])  # [B, D]
+            logits = self.classifier(features)  # [B, C]
             if c.distilled_head:  # DeiT with its teacher's head: the mean of the two
                 logits = (logits + self.distillation_classifier(wide(x[:, 1]))) / 2
-        return ModelOutput(last_hidden_state=x, pooler_output=pooled, logits=logits, embeds=embeds)
+                features = jnp.concatenate([features, wide(x[:, 1])], -1)  # [B, 2D]
+        return ModelOutput(
+            last_hidden_state=x,
+            pooler_output=pooled,
+            logits=logits,
+            embeds=embeds,
+            features=features,
+        )
 
     def __call__(
         self,

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from hydra_jax.experiments import evaluators
+
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
     variant, _, seed = arg.partition(",")
@@ -80,6 +82,11 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     )
     # Compute dtype of every evaluated forward pass ("bfloat16": docs/scale.md, "Precision").
     c.eval.dtype = "float32"
+    # What the evaluation reports (`hydra_jax.experiments.evaluators`): evaluators and OOD
+    # scores by name, and their settings (conformal alpha, detectors' fit subset, ...).
+    c.evaluators = "classification,calibration,selective,conformal,ood,shift,cost"
+    c.ood_scores = "msp,entropy,mi,energy,max_logit,mahalanobis,relative_mahalanobis,knn,vim"
+    c.eval.update(evaluators.eval_fields())
     if variant == "demo":  # `make demo`'s budget: see the module docstring
         c.title += " (demo)"
         c.train.epochs = 1.0

@@ -33,8 +33,8 @@ from configs import (
 from hydra_jax import metrics, testing
 from hydra_jax.data import random_tokens
 from hydra_jax.ensembles import STRATEGIES
-from hydra_jax.evaluation import method_metrics, predict, softmax, xla_flops
-from hydra_jax.experiments import engine, members, methods, plan, study_data
+from hydra_jax.evaluation import predict, softmax, xla_flops
+from hydra_jax.experiments import engine, evaluators, members, methods, plan, study_data
 from hydra_jax.experiments.workdir import LOCK_FILE, Workdir, WorkdirError, flat
 from hydra_jax.models import BertConfig, EncoderConfig
 
@@ -110,9 +110,26 @@ def test_results_equal_metrics_recomputed_from_predictions(smoke_run):
             predictions = dict(npz)
         members = {"single": 1, "mc_dropout": 3}.get(name, config.ensemble_size)
         assert predictions["id_probs"].shape == (96, members, 2)
-        recomputed = method_metrics(predictions, list(config.data.ood_sets))
-        assert recomputed["id"] == results["methods"][name]["id"]
-        assert recomputed["ood"] == results["methods"][name]["ood"]
+        assert predictions["id_features"].shape[:2] == (96, members)
+        assert predictions["id_features"].dtype == np.float16
+        # Every evaluator's numbers, from the saved arrays alone (no model, no data).
+        s = evaluators.Settings.of(config)
+        ood_sets = tuple(config.data.ood_sets)
+        groups = evaluators.ood_groups(config, ood_sets)
+        assert groups == {"tweets": "near", "amazon_reviews": "near", "nyt_editorials": "far"}
+        scoring = [
+            evaluators.Classification(s.num_bins),
+            evaluators.Calibration((), s.num_bins),
+            evaluators.Selective(),
+            evaluators.Conformal((), s.alpha, s.raps_penalty, s.raps_k),
+            evaluators.OODDetection(
+                ood_sets, tuple(evaluators.ood_scores(config)), groups, s.knn_k, s.vim_dim
+            ),
+        ]
+        recomputed = evaluators.score(scoring, predictions, None)
+        for key, value in recomputed.items():
+            assert value == results["methods"][name][key], (name, key)
+        assert set(results["methods"][name]["ood"]) == {*ood_sets, "mean", "mean_near", "mean_far"}
         # And directly from the public metric functions, as a user would.
         acc = metrics.classification(predictions["id_probs"], predictions["labels"])["acc"]
         assert acc == results["methods"][name]["id"]["acc"]
@@ -132,7 +149,8 @@ def test_bf16_evaluation_of_the_smoke_run_is_close_to_fp32(smoke_run):
         for prefix, dataset in sets.items():
             logits = predict(method, dataset, config.eval.batch_size, progress=False)
             predictions |= {f"{prefix}_logits": logits, f"{prefix}_probs": softmax(logits)}
-        low = method_metrics(predictions, list(study.ood))
+        scoring = [evaluators.Classification(), evaluators.OODDetection(tuple(study.ood))]
+        low = evaluators.score(scoring, predictions, method)
         full = results["methods"][method.name]
         assert abs(low["id"]["acc"] - full["id"]["acc"]) <= BF16_TOLERANCE["acc"]
         assert abs(low["id"]["nll"] - full["id"]["nll"]) <= BF16_TOLERANCE["nll"]

@@ -21,7 +21,7 @@ import hydra_jax as hj
 from configs import custom
 from hydra_jax import testing
 from hydra_jax.data import TokenizedSet
-from hydra_jax.experiments import engine
+from hydra_jax.experiments import engine, evaluators
 from hydra_jax.models import BertConfig, kinds
 from hydra_jax.models.architectures import module_of
 from hydra_jax.models.outputs import ModelOutput
@@ -151,4 +151,10 @@ def test_a_kind_from_a_test_file_runs_through_a_smoke_study(copies, tmp_path):
     )
     with np.load(tmp_path / "run" / "predictions" / "copies.npz") as npz:
         assert npz["id_logits"].shape == (16, 2, 2)  # [N, M, C]
+        assert "id_features" not in npz  # the toy kind's output sets no features
     assert 0 <= results["methods"]["copies"]["id"]["acc"] <= 1
+    # Its feature detectors are left out, with the reason; the output scores are all there.
+    ood = results["methods"]["copies"]["ood"]["mean"]
+    assert set(ood["skipped"]) == set(evaluators.FEATURE_SCORES)
+    assert "no features" in ood["skipped"]["mahalanobis"]
+    assert set(ood["by_score"]) == set(evaluators.OUTPUT_SCORES)

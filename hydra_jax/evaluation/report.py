@@ -71,22 +71,126 @@ def id_table(methods: dict[str, Any]) -> list[str]:
     lines = [
         "## In-distribution test set",
         "",
-        "| method | acc % | NLL | Brier | ECE % | aECE % | MCE % | entropy | MI | disagreement |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| method | acc % | NLL | Brier | ECE % | aECE % | MCE % | cwECE % | entropy | MI "
+        "| disagreement |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in methods.items():
         m = r["id"]
         extra = [f"{m[k]:.4f}" if k in m else "-" for k in ("mutual_information", "disagreement")]
+        cw = _pct(m["cwece"]) if "cwece" in m else "-"  # results of an older evaluation
         lines.append(
             f"| {name} | {_pct(m['acc'])} | {m['nll']:.4f} | {m['brier']:.4f} | {_pct(m['ece'])} "
-            f"| {_pct(m['aece'])} | {_pct(m['mce'])} | {m['entropy']:.4f} | {' | '.join(extra)} |"
+            f"| {_pct(m['aece'])} | {_pct(m['mce'])} | {cw} | {m['entropy']:.4f} "
+            f"| {' | '.join(extra)} |"
         )
+    return lines
+
+
+def calibration_table(methods: dict[str, Any]) -> list[str]:
+    """Temperature scaling: the fitted temperature, and NLL and ECEs before and after it (ID
+    test set; the shifted sets' mean ECE where the study has them)."""
+    shifted = bool(next(iter(methods.values()))["calibration"]["shift"])
+    lines = [
+        "",
+        "## Temperature scaling (one temperature per method, fitted by NLL on ID validation)",
+        "",
+        "Before -> after scaling, ID test set"
+        + ("; shift: mean over the shifted sets." if shifted else "."),
+        "",
+        "| method | T | NLL | ECE % | aECE % | cwECE % | acc % |"
+        + (" shift ECE % |" if shifted else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if shifted else ""),
+    ]
+    for name, r in methods.items():
+        before, c = r["id"], r["calibration"]
+        after = c["id"]
+        cells = [f"{c['temperature']:.3f}", f"{before['nll']:.4f} -> {after['nll']:.4f}"]
+        cells += [f"{_pct(before[k])} -> {_pct(after[k])}" for k in ("ece", "aece", "cwece")]
+        cells.append(_pct(after["acc"]))
+        if shifted:
+            mean = lambda res: float(np.mean([v["ece"] for v in res.values()]))  # noqa: E731
+            cells.append(f"{_pct(mean(r['shift']))} -> {_pct(mean(c['shift']))}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def selective_table(methods: dict[str, Any]) -> list[str]:
+    """AURC, AUGRC and the selective risk at 80 / 90 / 95% coverage (member-mean confidence)."""
+    lines = [
+        "",
+        "## Selective classification (member-mean confidence; ID test set), %",
+        "",
+        "| method | AURC | AUGRC | risk at 80% | risk at 90% | risk at 95% |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, r in methods.items():
+        s = r["selective"]
+        keys = ("aurc", "augrc", "risk_80", "risk_90", "risk_95")
+        lines.append(f"| {name} | " + " | ".join(_pct(s[k]) for k in keys) + " |")
+    return lines
+
+
+def conformal_table(methods: dict[str, Any]) -> list[str]:
+    """Coverage and mean set size of LAC, APS and RAPS on the ID test set (and APS's mean over
+    the shifted sets)."""
+    first = next(iter(methods.values()))["conformal"]
+    shifts = [k for k in first["aps"] if k.startswith("shift_")]
+    lines = [
+        "",
+        f"## Conformal prediction sets (split conformal on ID validation, alpha "
+        f"{first['alpha']:g}): coverage % / mean set size",
+        "",
+        "| method | LAC | APS | RAPS |" + (" APS, shift mean |" if shifts else ""),
+        "|---|---|---|---|" + ("---|" if shifts else ""),
+    ]
+    for name, r in methods.items():
+        c = r["conformal"]
+        cells = [
+            f"{_pct(c[m]['test']['coverage'])} / {c[m]['test']['size']:.2f}"
+            for m in ("lac", "aps", "raps")
+        ]
+        if shifts:
+            coverage = np.mean([c["aps"][s]["coverage"] for s in shifts])
+            size = np.mean([c["aps"][s]["size"] for s in shifts])
+            cells.append(f"{_pct(coverage)} / {size:.2f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def ood_tables(methods: dict[str, Any], scores: Sequence[str]) -> list[str]:
+    """`ood_table`, then per score of `scores` the mean AUROC / FPR95 over all OOD sets and
+    over each group's (near, far); feature detectors: the member mean of the score."""
+    lines = ood_table(methods)
+    if not lines:
+        return lines
+    first = next(iter(methods.values()))["ood"]
+    means = [k for k in ("mean", "mean_near", "mean_far") if k in first]
+    groups = {n: r.get("group") for n, r in first.items() if not n.startswith("mean")}
+    for label in means:
+        group = label.removeprefix("mean").strip("_")
+        sets = [n for n, g in groups.items() if not group or g == group]
+        lines += [
+            "",
+            f"## OOD detection by score, AUROC / FPR95 in %: mean over "
+            f"{group + ' OOD sets' if group else 'all OOD sets'} ({', '.join(sets)})",
+            "",
+            "| method | " + " | ".join(scores) + " |",
+            "|---|" + "---|" * len(scores),
+        ]
+        for name, r in methods.items():
+            by = r["ood"][label]["by_score"]
+            cells = [
+                f"{_pct(by[s]['auroc'])} / {_pct(by[s]['fpr95'])}" if s in by else "-"
+                for s in scores
+            ]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
 
 def ood_table(methods: dict[str, Any]) -> list[str]:
     """AUROC / AUPR / FPR95 (MSP score) of each method per OOD set (none: no lines)."""
-    ood_sets = [s for s in next(iter(methods.values()))["ood"] if s != "mean"]
+    ood_sets = [s for s in next(iter(methods.values()))["ood"] if not s.startswith("mean")]
     if not ood_sets:  # a study may have none (calibration only)
         return []
     lines = [
@@ -168,6 +272,19 @@ def reliability_plot(path: Path, probs: np.ndarray, labels: np.ndarray, title: s
     )
     ax.plot([0, 1], [0, 1], "r--", label="perfect calibration")
     ax.set(xlabel="confidence", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1), title=title)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def risk_coverage_plot(path: Path, curve: dict[str, np.ndarray], title: str) -> None:
+    """The selective risk and the generalised risk against coverage (`selective.risk_coverage`)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    ax.plot(curve["coverage"], curve["risk"], label="selective risk")
+    ax.plot(curve["coverage"], curve["generalised"], "--", label="generalised risk")
+    ax.set(xlabel="coverage", ylabel="risk", xlim=(0, 1), ylim=(0, None), title=title)
     ax.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -29,9 +29,9 @@ from hydra_jax import checks, ensembles
 from hydra_jax.convert.native import load_model, save_model
 from hydra_jax.data import subset
 from hydra_jax.ensembles import baselines as forwards
-from hydra_jax.evaluation import Method, cost, logits_forward, method_metrics, predict, softmax
+from hydra_jax.evaluation import Method, cost, logits_forward
 from hydra_jax.evaluation.report import pyplot
-from hydra_jax.experiments import members, study_data
+from hydra_jax.experiments import evaluators, members, study_data
 from hydra_jax.experiments.analyses import Context
 
 HEAD_SETS_FILE = "ablation_head_sets.json"  # per row name M{M}_{strategy}: [M, L, N] kept heads
@@ -99,7 +99,9 @@ def evaluate(context: Context) -> tuple[dict[str, Any], list[str]]:
     d = config.data
     test = subset(study.test, d.eval_limit) if d.eval_limit else study.test
     ood = {n: subset(s, d.ood_limit) if d.ood_limit else s for n, s in study.ood.items()}
-    batch = study_data.latency_batch(config, study)
+    batch = study_data.latency_batch(config, study.test)
+    prediction_sets = evaluators.Sets(test, ood)
+    scoring = [evaluators.Classification(config.eval.num_bins), evaluators.OODDetection(tuple(ood))]
     rows = []
     for M, strategy in itertools.product(config.ablations.sizes, config.ablations.strategies):
         name = row_name(M, strategy)
@@ -118,8 +120,10 @@ def evaluate(context: Context) -> tuple[dict[str, Any], list[str]]:
                 "averaged_mlp": Method("averaged_mlp", logits_forward(fused), fused.params),
             }
             for mlp, method in methods.items():
-                predictions = _predictions(method, test, ood, config.eval.batch_size)
-                result = method_metrics(predictions, list(ood), config.eval.num_bins)
+                predictions = evaluators.predictions_of(
+                    method, prediction_sets, config.eval.batch_size
+                )
+                result = evaluators.score(scoring, predictions, method)
                 rows.append(
                     {
                         "size": M,
@@ -141,14 +145,6 @@ def evaluate(context: Context) -> tuple[dict[str, Any], list[str]]:
                 )
     workdir.write_plots(functools.partial(_plots, rows=rows))
     return {"rows": rows}, section(rows)
-
-
-def _predictions(method: Method, test: Any, ood: dict[str, Any], batch_size: int) -> dict:
-    out = {"labels": test.labels}
-    for prefix, dataset in {"id": test, **{f"ood_{n}": s for n, s in ood.items()}}.items():
-        logits = predict(method, dataset, batch_size)
-        out[f"{prefix}_logits"], out[f"{prefix}_probs"] = logits, softmax(logits)
-    return out
 
 
 def section(rows: list[dict]) -> list[str]:

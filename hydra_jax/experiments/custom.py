@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from hydra_jax.experiments import pruning
+from hydra_jax.experiments import evaluators, pruning
 
 # What each field of the config means (`--config.FIELD=VALUE`); docs/custom_config.md is made
 # from it and from `get_config()`'s defaults (`make tables`), and a test keeps the two in step.
@@ -75,6 +75,7 @@ HELP = {
     "data.train_limit": "the first N training examples only; 0: all",
     "data.eval_limit": "caps every test and validation set; 0: no cap",
     "data.ood_limit": "caps the OOD sets only; 0: no cap",
+    "data.ood_groups": "each OOD set's group, `NAME=near` or `NAME=far`: per-group means",
     "train.epochs": "epochs of fine-tuning per member (fractions allowed)",
     "train.batch_size": "examples per step",
     "train.learning_rate": "AdamW's peak learning rate",
@@ -121,6 +122,18 @@ HELP = {
     "eval.latency_tokens": "tokens per example of the latency measurement (text)",
     "eval.latency_repeats": "timed calls of the latency measurement (median)",
     "eval.dtype": "compute dtype of every evaluated forward: `float32` or `bfloat16`",
+    "evaluators": "the evaluators, comma-separated (`classification`, `calibration`, "
+    "`selective`, `conformal`, `ood`, `shift`, `cost`); empty: every one the data allow",
+    "ood_scores": "OOD scores: `msp`, `entropy`, `mi`, `energy`, `max_logit` and the feature "
+    "detectors `mahalanobis`, `relative_mahalanobis`, `knn`, `vim`",
+    "eval.alpha": "conformal sets' miscoverage: coverage 1 - alpha",
+    "eval.raps_penalty": "RAPS's penalty per class ranked beyond `raps_k`",
+    "eval.raps_k": "RAPS's classes without penalty",
+    "eval.knn_k": "KNN detector's neighbour",
+    "eval.vim_dim": "ViM's principal dimensions; 0: half the feature dimension",
+    "eval.feature_fit_limit": "training examples the feature detectors fit on; 0: all",
+    "eval.calibration_limit": "validation examples of temperature scaling and conformal; 0: all",
+    "eval.features_dtype": "stored member features: `float16` or `float32`",
     "mesh.data": "devices along the batch axis",
     "mesh.member": "devices along the member axis (fused Hydras, stacked Deep Ensembles)",
     "mesh.heads": "devices along the attention-head axis",
@@ -152,6 +165,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
             train_limit=0,  # 0 = the whole split
             eval_limit=0,  # caps every test and validation set
             ood_limit=0,  # caps the OOD sets only
+            ood_groups="",  # NAME=near,NAME=far: per-group OOD means
         )
     )
     c.train = ml_collections.ConfigDict(
@@ -209,6 +223,12 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         dict(batch_size=64, num_bins=15, latency_batch=32, latency_tokens=64, latency_repeats=10)
     )
     c.eval.dtype = "float32"
+    # What the evaluation reports (`hydra_jax.experiments.evaluators`): evaluators and OOD
+    # scores by name, and their settings (conformal alpha, detectors' fit subset, ...). No
+    # evaluators named: every one the data allow (calibration and conformal: a validation split).
+    c.evaluators = ""
+    c.ood_scores = "msp,entropy,mi,energy,max_logit,mahalanobis,relative_mahalanobis,knn,vim"
+    c.eval.update(evaluators.eval_fields())
     c.mesh = ml_collections.ConfigDict(dict(data=1, member=1, heads=1))
     if variant == "smoke":
         c.title += " (smoke)"

@@ -29,7 +29,8 @@ What a config asks for and every check before the first step are in `plan`; the 
 `data.ood_sets`: `study_data`) or your files (`data.train`, `data.test`, ...: `user_files`);
 the classes `zero_shot.held_out` names are taken out of the training and validation sets.
 `evaluate` loads what `train` wrote and never trains: every method of `methods` goes through the
-prediction loop and the evaluators (`evaluators.standard`), every analysis evaluates, and
+prediction loop and the evaluators (`evaluators.study`: those `evaluators` names), every
+analysis evaluates, and
 `results.json` and `report.md` are written here.
 """
 
@@ -49,12 +50,8 @@ from hydra_jax import ensembles
 from hydra_jax.convert.native import save_model
 from hydra_jax.data import Dataset
 from hydra_jax.evaluation import report
-from hydra_jax.experiments import (
-    members,
-    methods,
-)
+from hydra_jax.experiments import evaluators, members, methods
 from hydra_jax.experiments.analyses import Context
-from hydra_jax.experiments.evaluators import evaluate_methods, standard
 from hydra_jax.experiments.plan import (
     ANALYSES,
     Plan,
@@ -194,7 +191,7 @@ def train_efficient(source: Members, workdir: Workdir, kind: str, single: Model)
 
 
 def _evaluate(config: ml_collections.ConfigDict, workdir: Workdir) -> dict[str, Any]:
-    """Evaluates every method of `config.methods` (through `evaluators.standard`) and every
+    """Evaluates every method of `config.methods` (through `evaluators.study`) and every
     analysis of `config.analyses` from what `train` wrote (the members in `base_workdir` where
     the config names one); trains nothing. Writes results.json, report.md, plots/ and
     predictions/."""
@@ -209,9 +206,11 @@ def _evaluate(config: ml_collections.ConfigDict, workdir: Workdir) -> dict[str, 
     results: dict[str, Any] = {}
     sections: list[list[str]] = []
     if to_evaluate:
-        evaluators = standard(config, data.study, held_out(plan.members_config, data))
-        results["methods"], method_sections = evaluate_methods(
-            config, workdir, to_evaluate, data.study, evaluators
+        groups = evaluators.ood_groups(plan.members_config, list(data.study.ood))
+        sets = evaluators.sets_of(config, data.study, data.id_validation(), groups)
+        chosen = evaluators.study(config, sets, held_out(plan.members_config, data))
+        results["methods"], method_sections = evaluators.evaluate_methods(
+            config, workdir, to_evaluate, sets, chosen
         )
         sections += method_sections
     for name in plan.analyses:

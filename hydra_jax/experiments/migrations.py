@@ -96,6 +96,27 @@ def _explicit_sources(before: Flat, now: Flat) -> Flat:
     return before | added
 
 
+def _evaluation_settings(before: Flat, now: Flat) -> Flat:
+    """6 -> 7: the evaluation became declared (`evaluators`, `ood_scores`, `eval.alpha`, ...,
+    `data.ood_groups`). They change nothing a run trained, and `evaluate.py` recomputes every
+    result under the settings it is given, so a run recorded without them takes today's."""
+    added = ("evaluators", "ood_scores", "data.ood_groups")
+    added += tuple(f"eval.{name}" for name in _EVALUATION_FIELDS)
+    return {k: v for k, v in now.items() if k in added and k not in before} | before
+
+
+_EVALUATION_FIELDS = (
+    "alpha",
+    "raps_penalty",
+    "raps_k",
+    "knn_k",
+    "vim_dim",
+    "feature_fit_limit",
+    "calibration_limit",
+    "features_dtype",
+)
+
+
 # MIGRATIONS[v] reads a config of schema v as one of schema v + 1.
 MIGRATIONS: tuple[Callable[[Flat, Flat], Flat], ...] = (
     _engine_studies,
@@ -104,6 +125,7 @@ MIGRATIONS: tuple[Callable[[Flat, Flat], Flat], ...] = (
     _added_keys,
     _hies_alphas_default,
     _explicit_sources,
+    _evaluation_settings,
 )
 SCHEMA = len(MIGRATIONS)  # the version this code writes
 

@@ -14,7 +14,7 @@ import ml_collections
 from hydra_jax.data import Dataset
 from hydra_jax.data.files import DataError
 from hydra_jax.ensembles import STRATEGIES
-from hydra_jax.experiments import ablations, members, methods, pruning
+from hydra_jax.experiments import ablations, evaluators, members, methods, pruning
 from hydra_jax.experiments.analyses import Analysis, Context
 from hydra_jax.experiments.study_inputs import (
     Data,
@@ -116,6 +116,9 @@ def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[str], list
             f"{config.num_members} members: give one per member, or none (evenly spaced)"
         )
     check_sources(config)
+    data = config.get("data")
+    files = data is not None and data.get("source") == "files"
+    evaluators.check(config, bool(data.get("validation")) if files else None)
     return names, strategies, analyses
 
 

@@ -21,10 +21,11 @@ import ml_collections
 import numpy as np
 from tqdm.auto import tqdm
 
-from hydra_jax import checks, metrics
+from hydra_jax import checks
 from hydra_jax.data import Dataset, labelled_batches, subset
-from hydra_jax.evaluation import Method, predict, softmax
+from hydra_jax.evaluation import Method, predict
 from hydra_jax.evaluation.report import pyplot
+from hydra_jax.experiments import evaluators
 from hydra_jax.experiments.analyses import Context
 from hydra_jax.heads import hies, his_and_entropy, keep_mask, score
 from hydra_jax.models import Model
@@ -63,10 +64,12 @@ class MaskedPredictor:
 
         self._forward = forward
 
+    def method(self, mask: np.ndarray) -> Method:
+        """The model under `mask` as a method (its forward compiled once for every mask)."""
+        return Method("masked", self._forward, (self.model.params, np.asarray(mask, np.float32)))
+
     def __call__(self, mask: np.ndarray, dataset: Dataset) -> np.ndarray:
-        weights = (self.model.params, np.asarray(mask, np.float32))
-        method = Method("masked", self._forward, weights)
-        return predict(method, dataset, self.batch_size, progress=False)[:, 0]
+        return predict(self.method(mask), dataset, self.batch_size, progress=False)[:, 0]
 
 
 def curve_point(
@@ -76,15 +79,16 @@ def curve_point(
     ood: dict[str, Dataset],
     reference: np.ndarray,
 ) -> dict[str, Any]:
-    """The metrics of one pruned model; `reference` is the unpruned model's test predictions.
-    Without OOD sets (`ood` empty) the point has no OOD AUROC."""
-    probs = softmax(predict(mask, test))
-    classification = metrics.classification(probs, test.labels)
-    id_score = metrics.ood_score(probs)
-    auroc = {
-        name: metrics.ood(id_score, metrics.ood_score(softmax(predict(mask, s))))["auroc"]
-        for name, s in ood.items()
-    }
+    """The metrics of one pruned model, from the study's prediction loop and evaluators (ID
+    classification, OOD detection by MSP); `reference` is the unpruned model's test
+    predictions. Without OOD sets (`ood` empty) the point has no OOD AUROC."""
+    method = predict.method(mask)
+    sets = evaluators.Sets(test, ood)
+    predictions = evaluators.predictions_of(method, sets, predict.batch_size, progress=False)
+    scoring = [evaluators.Classification(), evaluators.OODDetection(tuple(ood), ("msp",))]
+    result = evaluators.score(scoring, predictions, method)
+    classification, auroc = result["id"], {name: result["ood"][name]["auroc"] for name in ood}
+    probs = predictions["id_probs"][:, 0]
     point = {
         "acc": classification["acc"],
         "stability": float(np.mean(probs.argmax(-1) == reference)),

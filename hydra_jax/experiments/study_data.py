@@ -34,6 +34,18 @@ CLASS_NAMES = {
     ),
 }
 
+# The embedded OOD sets by how far they lie from their ID set (docs/data.md): near-OOD shares
+# the ID set's format and domain (the text studies' movie reviews: other reviews and opinions;
+# Fashion-MNIST: other centred grey 28 x 28 shapes), far-OOD does not.
+OOD_GROUPS = {
+    "tweets": "near",
+    "amazon_reviews": "near",
+    "nyt_editorials": "far",
+    "mnist": "near",
+    "digits": "near",
+    "photos": "far",
+}
+
 
 def checkpoint_dir(config: ml_collections.ConfigDict) -> Path:
     return Path(config.checkpoint) if config.checkpoint else minilm_l6_path()
@@ -192,10 +204,10 @@ def validation_sets(config: ml_collections.ConfigDict) -> tuple[Dataset, Dataset
     return id_validation(config), ood_validation(config)
 
 
-def latency_batch(config: ml_collections.ConfigDict, study: StudyData) -> dict[str, np.ndarray]:
-    """A fixed batch for latency: the first test images, or random tokens of a fixed length."""
+def latency_batch(config: ml_collections.ConfigDict, test: Dataset) -> dict[str, np.ndarray]:
+    """A fixed batch for latency: the first `test` images, or random tokens of a fixed length."""
     e = config.eval
-    if isinstance(study.test, data.ImageSet):
-        batch = study.test.batch(np.arange(e.latency_batch) % len(study.test))
+    if isinstance(test, data.ImageSet):
+        batch = test.batch(np.arange(e.latency_batch) % len(test))
         return {"pixel_values": batch["pixel_values"]}
     return random_tokens(np.random.default_rng(0), e.latency_batch, e.latency_tokens)

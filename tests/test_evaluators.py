@@ -1,0 +1,53 @@
+"""The evaluation a config declares: evaluators, OOD scores, their settings and OOD groups are
+refused by name before any training when unknown or inconsistent."""
+
+from __future__ import annotations
+
+import pytest
+
+from configs import custom, hydra_vit_fmnist, minilm_mr
+from hydra_jax.experiments import evaluators, plan
+
+
+def _custom(**fields):
+    config = custom.get_config("smoke")
+    config.update(model="/tmp/model", members_from="checkpoint")
+    config.data.update(train="csv:train.csv", test="csv:test.csv", ood="news=csv:news.csv")
+    for key, value in fields.items():
+        group, _, name = key.rpartition(".")
+        (config[group] if group else config)[name] = value
+    return config
+
+
+def test_the_studies_declare_every_evaluator_and_score():
+    for config in (minilm_mr.get_config("demo"), hydra_vit_fmnist.get_config("demo")):
+        plan.check(config)
+        assert evaluators.names(config) == list(evaluators.EVALUATORS)
+        assert evaluators.ood_scores(config) == list(evaluators.OOD_SCORES)
+    assert evaluators.names(_custom()) == list(evaluators.EVALUATORS)  # empty: all
+    assert evaluators.ood_groups(minilm_mr.get_config(), ["tweets"]) == {"tweets": "near"}
+    assert evaluators.ood_groups(_custom(), ["news"]) == {}  # your files: none unless given
+    groups = evaluators.ood_groups(_custom(**{"data.ood_groups": "news=far"}), ["news"])
+    assert groups == {"news": "far"}
+
+
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        ({"evaluators": "classification,calibrate"}, r"unknown \['calibrate'\]; known: classif"),
+        ({"ood_scores": "msp,mahalanobis_distance"}, r"unknown \['mahalanobis_distance'\]"),
+        ({"evaluators": "calibration"}, "calibrate on an ID validation split"),
+        ({"evaluators": "conformal"}, "calibrate on an ID validation split"),
+        ({"eval.alpha": 1.5}, r"eval.alpha must lie in \(0, 1\)"),
+        ({"eval.features_dtype": "int8"}, "float16 or float32"),
+        ({"data.ood_groups": "news=middle"}, "is not NAME=near or NAME=far"),
+        ({"data.ood_groups": "sports=near"}, "names 'sports', not an OOD set"),
+    ],
+)
+def test_a_bad_evaluation_is_refused_before_training(fields, match):
+    with pytest.raises(ValueError, match=match):
+        plan.check(_custom(**fields))
+
+
+def test_a_validation_split_allows_temperature_scaling_and_conformal():
+    plan.check(_custom(**{"data.validation": "csv:val.csv", "evaluators": "calibration"}))

@@ -370,30 +370,23 @@ EVALUATORS: dict[str, Build] = {
 }
 
 
-def names(config: ml_collections.ConfigDict) -> list[str]:
-    """The evaluators `config.evaluators` names (empty: every one of `EVALUATORS`), checked.
-
-    Raises:
-      ValueError: an unknown name, with the known ones.
-    """
-    chosen = split_names(config.get("evaluators", ""))
-    unknown = [n for n in chosen if n not in EVALUATORS]
+def _named(config: ml_collections.ConfigDict, field: str, known: Sequence[str]) -> list[str]:
+    """The names `config.FIELD` lists, or a ValueError naming the unknown and the known ones."""
+    chosen = split_names(config.get(field, ""))
+    unknown = [n for n in chosen if n not in known]
     if unknown:
-        raise ValueError(f"config.evaluators: unknown {unknown}; known: {', '.join(EVALUATORS)}")
-    return chosen or list(EVALUATORS)
+        raise ValueError(f"config.{field}: unknown {unknown}; known: {', '.join(known)}")
+    return chosen
+
+
+def names(config: ml_collections.ConfigDict) -> list[str]:
+    """The evaluators `config.evaluators` names (empty: every one of `EVALUATORS`), checked."""
+    return _named(config, "evaluators", list(EVALUATORS)) or list(EVALUATORS)
 
 
 def ood_scores(config: ml_collections.ConfigDict) -> list[str]:
-    """The OOD scores `config.ood_scores` names (empty: the output scores), MSP first.
-
-    Raises:
-      ValueError: an unknown score, with the known ones.
-    """
-    chosen = split_names(config.get("ood_scores", ""))
-    unknown = [n for n in chosen if n not in OOD_SCORES]
-    if unknown:
-        raise ValueError(f"config.ood_scores: unknown {unknown}; known: {', '.join(OOD_SCORES)}")
-    chosen = chosen or list(OUTPUT_SCORES)
+    """The OOD scores `config.ood_scores` names (empty: the output scores), MSP first."""
+    chosen = _named(config, "ood_scores", OOD_SCORES) or list(OUTPUT_SCORES)
     return ["msp", *(s for s in chosen if s != "msp")]
 
 

@@ -138,6 +138,19 @@ def test_conformal_scores_match_their_definitions():
         conformal.nonconformity(p, "thr")
 
 
+def test_aps_gives_the_last_ranked_class_a_mass_of_exactly_one():
+    """float32 softmax rows sum to 1 +- 1e-7: a threshold of 1 (a classifier wrong more often
+    than alpha) must take every class, not those whose rounding fell below 1."""
+    rng = np.random.default_rng(9)
+    probs = _softmax(rng.normal(size=(500, 2)) * 0.3).astype(np.float32)
+    labels = rng.integers(0, 2, 500)  # 50% accuracy: the threshold is the full mass
+    scores = conformal.nonconformity(probs, "aps")
+    assert np.all(scores.max(-1) == 1.0)
+    out = conformal.conformal(probs, labels, {"test": (probs, labels)}, "aps", 0.1)
+    assert out["threshold"] == 1.0
+    assert out["test"] == {"coverage": 1.0, "size": 2.0}
+
+
 @pytest.mark.parametrize("method", conformal.METHODS)
 def test_conformal_coverage_keeps_its_finite_sample_guarantee(method):
     """Exchangeable calibration and test data: over many random splits the mean coverage lies

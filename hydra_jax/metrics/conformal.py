@@ -15,6 +15,7 @@ the true label with probability at least `1 - alpha` (Vovk et al. 2005; Angelopo
   mass.
 
 Ranks sort classes by decreasing probability (ties by class index); rank 1 is the top class.
+The mass up to the last-ranked class is exactly 1, whatever the rounding of the probabilities.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ def nonconformity(
         raise ValueError(f"RAPS needs penalty >= 0 and k_reg >= 0, got {penalty}, {k_reg}")
     order = np.argsort(-p, axis=-1, kind="stable")  # [B, C] classes by rank
     mass = np.cumsum(np.take_along_axis(p, order, -1), -1)  # [B, C] mass up to rank r
+    # The whole mass is 1: float32 probabilities sum to 1 +- 1e-7, and a threshold at 1 would
+    # otherwise take or leave a last-ranked class by rounding alone.
+    mass = np.minimum(mass / mass[:, -1:], 1.0)
+    mass[:, -1] = 1.0
     scores = np.empty_like(p)
     np.put_along_axis(scores, order, mass, -1)
     if method == "raps":

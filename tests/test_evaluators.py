@@ -42,6 +42,7 @@ def test_the_studies_declare_every_evaluator_and_score():
         ({"eval.features_dtype": "int8"}, "float16 or float32"),
         ({"data.ood_groups": "news=middle"}, "is not NAME=near or NAME=far"),
         ({"data.ood_groups": "sports=near"}, "names 'sports', not an OOD set"),
+        ({"data.ood": "mean_far=csv:far.csv"}, "names starting with 'mean'"),
     ],
 )
 def test_a_bad_evaluation_is_refused_before_training(fields, match):

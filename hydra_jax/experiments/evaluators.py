@@ -429,7 +429,14 @@ def check(config: ml_collections.ConfigDict, has_validation: bool | None = None)
         )
     data = config.get("data")
     if data is not None and data.get("source") == "files":
-        ood_groups(config, [spec.partition("=")[0] for spec in split_names(data.get("ood", ""))])
+        ood_sets = [spec.partition("=")[0] for spec in split_names(data.get("ood", ""))]
+        reserved = [n for n in ood_sets if n.startswith("mean")]
+        if reserved:
+            raise ValueError(
+                f"data.ood: {reserved}: OOD set names starting with 'mean' are the results' "
+                "means over sets (`mean`, `mean_near`, `mean_far`); rename them"
+            )
+        ood_groups(config, ood_sets)
     elif data is not None and data.get("source") == "embedded":
         ood_groups(config, list(data.get("ood_sets", ())))
     explicit = bool(split_names(config.get("evaluators", "")))

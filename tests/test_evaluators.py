@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from configs import custom, hydra_vit_fmnist, minilm_mr
-from hydra_jax.experiments import evaluators, plan
+from hydra_jax.experiments import evaluators, plan, workdir
 
 
 def _custom(**fields):
@@ -39,6 +39,7 @@ def test_the_studies_declare_every_evaluator_and_score():
         ({"evaluators": "calibration"}, "calibrate on an ID validation split"),
         ({"evaluators": "conformal"}, "calibrate on an ID validation split"),
         ({"eval.alpha": 1.5}, r"eval.alpha must lie in \(0, 1\)"),
+        ({"eval.raps_penalty": -0.1}, "eval.raps_penalty must be >= 0"),
         ({"eval.features_dtype": "int8"}, "float16 or float32"),
         ({"data.ood_groups": "news=middle"}, "is not NAME=near or NAME=far"),
         ({"data.ood_groups": "sports=near"}, "names 'sports', not an OOD set"),
@@ -48,6 +49,14 @@ def test_the_studies_declare_every_evaluator_and_score():
 def test_a_bad_evaluation_is_refused_before_training(fields, match):
     with pytest.raises(ValueError, match=match):
         plan.check(_custom(**fields))
+
+
+@pytest.mark.parametrize(
+    "key, value", [("eval.knn_k", 0), ("eval.vim_dim", -1), ("eval.calibration_limit", -1)]
+)
+def test_a_bad_evaluation_count_is_refused_before_the_workdir_is_claimed(key, value):
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        workdir.check_counts(_custom(**{key: value}))
 
 
 def test_a_validation_split_allows_temperature_scaling_and_conformal():

@@ -30,8 +30,7 @@ What a config asks for and every check before the first step are in `plan`; the 
 the classes `zero_shot.held_out` names are taken out of the training and validation sets.
 `evaluate` loads what `train` wrote and never trains: every method of `methods` goes through the
 prediction loop and the evaluators (`evaluators.study`: those `evaluators` names), every
-analysis evaluates, and
-`results.json` and `report.md` are written here.
+analysis evaluates, and `results.json` and `report.md` are written here.
 """
 
 from __future__ import annotations

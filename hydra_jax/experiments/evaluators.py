@@ -29,6 +29,7 @@ from hydra_jax.evaluation import Method, cost, predict, report
 from hydra_jax.evaluation import softmax as to_probs
 from hydra_jax.experiments.study_data import OOD_GROUPS as OWN_GROUPS
 from hydra_jax.experiments.study_data import StudyData, latency_batch
+from hydra_jax.experiments.user_files import named_specs
 from hydra_jax.experiments.workdir import Workdir, split_names
 from hydra_jax.metrics import conformal, detectors, selective, temperature
 
@@ -423,13 +424,15 @@ def check(config: ml_collections.ConfigDict, has_validation: bool | None = None)
     s = Settings.of(config)
     if not 0 < s.alpha < 1:
         raise ValueError(f"eval.alpha must lie in (0, 1), got {s.alpha!r}")
+    if not s.raps_penalty >= 0:
+        raise ValueError(f"eval.raps_penalty must be >= 0, got {s.raps_penalty!r}")
     if s.features_dtype not in ("float16", "float32"):
         raise ValueError(
             f"eval.features_dtype must be float16 or float32, got {s.features_dtype!r}"
         )
     data = config.get("data")
     if data is not None and data.get("source") == "files":
-        ood_sets = [spec.partition("=")[0] for spec in split_names(data.get("ood", ""))]
+        ood_sets = list(named_specs(data.get("ood", ""), "data.ood"))
         reserved = [n for n in ood_sets if n.startswith("mean")]
         if reserved:
             raise ValueError(

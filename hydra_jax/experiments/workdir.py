@@ -71,6 +71,7 @@ COUNTS = {
             "mc_dropout_samples",
             "num_members",
             "calibration_size",
+            "eval.knn_k",
         ],
         1,
     ),
@@ -80,6 +81,10 @@ COUNTS = {
             "data.eval_limit",
             "data.ood_limit",
             "data.shift_limit",
+            "eval.raps_k",
+            "eval.vim_dim",
+            "eval.feature_fit_limit",
+            "eval.calibration_limit",
         ],
         0,
     ),  # 0: the whole split

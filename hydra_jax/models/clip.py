@@ -30,7 +30,7 @@ from hydra_jax.models.vit import (
     patch_conv,
     patchify,
     prepend,
-    zero_shot_logits,
+    zero_shot_head,
 )
 
 
@@ -205,8 +205,7 @@ class CLIPVision(StagedEncoder):
         embeds = self.projection(wide(pooled))  # [B, E]
         logits = features = None
         if self.num_labels:  # [B, C]
-            logits = zero_shot_logits(embeds, self.class_embeds, self.logit_scale)
-            features = normalise(embeds)  # logits are linear in it
+            logits, features = zero_shot_head(embeds, self.class_embeds, self.logit_scale)
         return ModelOutput(
             last_hidden_state=x,
             pooler_output=pooled,

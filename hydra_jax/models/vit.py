@@ -82,11 +82,13 @@ def normalise(x: jax.Array) -> jax.Array:
     return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 
 
-def zero_shot_logits(
+def zero_shot_head(
     embeds: jax.Array, class_embeds: jax.Array, logit_scale: jax.Array
-) -> jax.Array:
-    """`exp(logit_scale) * cos(embeds [B, E], class_embeds [C, E])` -> `[B, C]`."""
-    return jnp.exp(logit_scale) * (normalise(embeds) @ normalise(class_embeds).T)
+) -> tuple[jax.Array, jax.Array]:
+    """`exp(logit_scale) * cos(embeds [B, E], class_embeds [C, E])` -> logits `[B, C]`, and
+    the normalised `embeds` they are linear in (the head's `features`)."""
+    features = normalise(embeds)
+    return jnp.exp(logit_scale) * (features @ normalise(class_embeds).T), features
 
 
 def patch_conv(width: int, patch_size: int, use_bias: bool, dtype: jnp.dtype | None) -> nn.Conv:
@@ -206,8 +208,7 @@ class ViT(StagedEncoder):
         if c.projection_dim:
             embeds = self.projection(wide(pooled))  # [B, E]
         if c.num_labels and c.projection_dim:  # [B, C]
-            logits = zero_shot_logits(embeds, self.class_embeds, self.logit_scale)
-            features = normalise(embeds)  # logits are linear in it
+            logits, features = zero_shot_head(embeds, self.class_embeds, self.logit_scale)
         elif c.num_labels and c.dinov2:  # CLS and the mean patch: [B, 2D]
             patches = wide(x[:, 1 + c.register_tokens :]).mean(1)
             features = jnp.concatenate([wide(x[:, 0]), patches], -1)

@@ -29,6 +29,7 @@ from PIL import Image
 import hydra_jax as hj
 from configs import custom as custom_config
 from hydra_jax import testing
+from hydra_jax.data import image_index
 from hydra_jax.data.files import DataError
 from hydra_jax.experiments import engine, study_inputs
 from hydra_jax.models import (
@@ -196,10 +197,19 @@ def test_image_study_with_folders_and_npz_ood_sets(tmp_path, vit_dir, monkeypatc
                        test=f"folder:{folders['test']}", ood=f"noise=npz:{tmp_path / 'noise.npz'}",
                        ood_validation=f"noise=npz:{tmp_path / 'noise_val.npz'}")  # fmt: skip
     config.methods = "single,hydra_circuit"
+    config.data.cache = str(tmp_path / "pixels")
     run = tmp_path / "runs" / "mine"  # where docs/your_data.md's pruning command reads it
     engine.train(config, run)
-    results = engine.evaluate(config, run)
+    decoded = []
+    with monkeypatch.context() as patch:
+        patch.setattr(image_index, "decode", lambda *args: decoded.append(args))
+        results = engine.evaluate(config, run)
+    assert not decoded  # every set read from the pixel cache that training wrote
     assert set(results["methods"]) == {"single", "hydra_circuit"}
+    config.data.cache = ""  # decoded again, batch by batch: the same results
+    for name, got in engine.evaluate(config, run)["methods"].items():
+        assert got["id"] == results["methods"][name]["id"]
+        assert got["ood"] == results["methods"][name]["ood"]
     assert (run / "pruned" / "circuit").is_dir()  # member 0 alone, saved too
     sets = json.loads((run / "head_sets.json").read_text())["circuit"]
     assert np.array(sets).shape == (2, 2, 2)  # [M, L, N]: members of one head per layer
@@ -325,6 +335,32 @@ def test_the_zero_shot_command_runs_as_written(tmp_path, monkeypatch):
     fused = hj.load_model(Path(workdir) / "fused" / "taylor")
     assert fused.config.num_members == 2
     assert not (Path(workdir) / "members").exists()  # nothing was trained
+
+
+def test_an_image_that_does_not_decode_stops_the_study_or_is_left_out(tmp_path, vit_dir):
+    """A truncated JPEG passes the index's header check; training stops at it with its name,
+    or, with `data.skip_bad_images`, the study runs without it and the report names it."""
+    import io
+
+    folders = {s: image_folder(tmp_path / s, np.random.default_rng(3), 6) for s in ("a", "b")}
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((10, 10), 40, np.uint8)).save(buffer, format="JPEG")
+    bad = folders["a"] / "dark" / "zz.jpg"
+    bad.write_bytes(buffer.getvalue()[: buffer.getvalue().index(b"\xff\xda") + 16])
+    study = smoke_config()
+    study.model = str(vit_dir)
+    study.data.update(train=f"folder:{folders['a']}", test=f"folder:{folders['b']}")
+    study.methods = "single"
+    study.train.batch_size = 13  # every training image in the one step
+    with pytest.raises(DataError, match=rf"{bad}: not a readable image"):
+        engine.train(study, tmp_path / "stops")
+    study.data.skip_bad_images = True
+    study.train.batch_size = 12  # the 12 that decode
+    engine.train(study, tmp_path / "run")
+    results = engine.evaluate(study, tmp_path / "run")
+    assert results["data"]["skipped_images"] == {f"folder:{folders['a']}": [str(bad)]}
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "## Images left out" in report and str(bad) in report
 
 
 @pytest.mark.parametrize("family", ["deit", "dinov2", "clip", "siglip"])

@@ -115,6 +115,11 @@ def test_sentence_pairs_carry_token_types(tmp_path, text_checkpoint):
     np.testing.assert_array_equal(batch["token_type_ids"][2], batch["token_type_ids"][0])
     both = data.concat(data.take(np.array([1])))
     np.testing.assert_array_equal(both.type_ids[2], data.type_ids[1])
+    with pytest.MonkeyPatch.context() as patch:  # tokenised in chunks: the same ids and types
+        patch.setattr(files, "TOKENIZE_CHUNK", 1)
+        chunked = files.to_dataset(split, text_checkpoint, ClassNames.build(split.labels))
+    for got, want in ((chunked.tokens, data.tokens), (chunked.type_ids, data.type_ids)):
+        assert [t.tolist() for t in got] == [t.tolist() for t in want]
 
 
 def test_image_folder_and_npz_read_the_same_pixels(tmp_path, image_checkpoint):
@@ -130,16 +135,17 @@ def test_image_folder_and_npz_read_the_same_pixels(tmp_path, image_checkpoint):
     assert folder.labels == ["cat", "cat", "dog", "dog"]  # class folders, files sorted
     classes = ClassNames.build(folder.labels)
     data = files.to_dataset(folder, image_checkpoint, classes)
-    assert data.pixels.shape == (4, 3, 8, 8)
+    pixels = data.batch(np.arange(4))["pixel_values"]
+    assert pixels.shape == (4, 3, 8, 8)
     np.testing.assert_array_equal(data.labels, [0, 0, 1, 1])
     processor = transformers.AutoImageProcessor.from_pretrained(image_checkpoint)
     rgb = [np.repeat(im[..., None], 3, -1) for im in grey[[0, 2, 1, 3]]]
     want = processor(rgb, return_tensors="np", input_data_format="channels_last")["pixel_values"]
-    np.testing.assert_array_equal(data.pixels, want)  # grey repeated to the model's 3 channels
+    np.testing.assert_array_equal(pixels, want)  # grey repeated to the model's 3 channels
     ood = files.to_dataset(files.read(f"npz:{tmp_path / 'ood.npz'}", labelled=False),
                            image_checkpoint, None)  # fmt: skip
     assert np.all(ood.labels == files.NO_LABEL)
-    np.testing.assert_array_equal(ood.pixels[[0, 2, 1, 3]], data.pixels)
+    np.testing.assert_array_equal(ood.batch(np.array([0, 2, 1, 3]))["pixel_values"], pixels)
 
 
 def test_a_prepared_tfds_dataset_is_read_without_download(synthetic_data_dir):

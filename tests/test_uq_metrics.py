@@ -268,3 +268,10 @@ def test_every_detector_scores_far_away_features_as_ood(detector):
     id_scores = detectors.score(detector, stats, test, test @ W + b)
     ood_scores = detectors.score(detector, stats, ood, ood @ W + b)
     assert metrics.ood(id_scores, ood_scores)["auroc"] > 0.9
+
+    # Scored in blocks of ROWS examples (memory bounded), the scores are the same.
+    whole = detectors.score(detector, stats, ood, ood @ W + b)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(detectors, "ROWS", 7)
+        blocks = detectors.score(detector, stats, ood, ood @ W + b)
+    np.testing.assert_allclose(blocks, whole, rtol=1e-12, atol=1e-12)

@@ -265,3 +265,19 @@ def test_stages_are_timed_and_added_to_earlier_runs(tmp_path):
     timings = json.loads((tmp_path / "train_timings.json").read_text())
     assert list(timings) == ["train member 0", "train member 1"]
     assert timings["train member 0"] == first.stages["train member 0"]
+
+
+def test_a_custom_run_recorded_before_streamed_images_is_still_its_configs(tmp_path):
+    """Migration 7 -> 8: the generic study gained `data.skip_bad_images` (off reproduces an
+    older run, which stopped at an undecodable image) and `data.cache`, which changes no result:
+    a run may use another cache directory, or none."""
+    config = custom.get_config("smoke")
+    recorded = json.loads(config.to_json())
+    del recorded["data"]["skip_bad_images"], recorded["data"]["cache"]
+    (tmp_path / "config.json").write_text(json.dumps(recorded | {"schema": 7}))
+    Workdir(tmp_path).check(config)
+    config.data.cache = str(tmp_path / "pixels")
+    Workdir(tmp_path).check(config)
+    config.data.skip_bad_images = True
+    with pytest.raises(WorkdirError, match=r"data\.skip_bad_images: False -> True"):
+        Workdir(tmp_path).check(config)

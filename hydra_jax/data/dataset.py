@@ -8,8 +8,10 @@ batches as an uninterrupted one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, Self, runtime_checkable
+import collections
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol, Self, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -17,7 +19,13 @@ from hydra_jax import checks
 from hydra_jax.heads import UncertaintyBatches
 
 Batch = dict[str, np.ndarray]
+Item = TypeVar("Item")
+Made = TypeVar("Made")
 NO_LABEL = -1  # the label of an OOD example: it belongs to no class
+
+
+class DataError(ValueError):
+    """Data that cannot be used as given; the message names the file and the problem."""
 
 
 @runtime_checkable
@@ -115,3 +123,20 @@ def concat_all(sets: Sequence[Dataset]) -> Dataset:
     for other in sets[1:]:
         out = out.concat(other)
     return out
+
+
+def prefetched(
+    make: Callable[[Item], Made], items: Iterable[Item], ahead: int = 2
+) -> Iterator[tuple[Item, Made]]:
+    """`(item, make(item))` for every item, in order, the next `ahead` made in background
+    threads while the caller uses one (decoding and preprocessing release the GIL)."""
+    with ThreadPoolExecutor(ahead) as pool:
+        pending: collections.deque = collections.deque()
+        for item in items:
+            pending.append((item, pool.submit(make, item)))
+            if len(pending) > ahead:
+                done, future = pending.popleft()
+                yield done, future.result()
+        while pending:
+            done, future = pending.popleft()
+            yield done, future.result()

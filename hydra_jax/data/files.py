@@ -17,36 +17,43 @@ when set); images are the `image` feature of TFDS and HF datasets. Labels may be
 strings: `ClassNames` maps both to class indices, the same way for every split. An OOD set needs
 no labels.
 
-`read` gives the raw examples (`RawSplit`); `to_dataset` preprocesses them the way the
-checkpoint's own files say (its tokenizer; its `preprocessor_config.json` through `transformers`'
-image processor) into a `TokenizedSet` or `ImageSet`. Every problem is reported before any
-training, naming the file and what is wrong with it.
+`read` gives the raw examples (`RawSplit`): texts read column by column (Arrow's columns for
+Parquet and HF data), images as an index that decodes image i when it is asked for
+(`hydra_jax.data.image_index`: a folder's files, an archive's rows, a dataset's records).
+`to_dataset` tokenises texts with the checkpoint's tokenizer into a `TokenizedSet`, and makes
+images an `ImageStream`, which runs the checkpoint's image processor (`preprocessor_config.json`,
+through `transformers`) batch by batch. What can be checked without decoding every image
+(files, extensions, headers, labels, array shapes) is checked by `read` and `to_dataset`, before
+any training, naming the file and what is wrong with it; an image that fails to decode later
+stops the run with its name.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from hydra_jax import extras
-from hydra_jax.data.dataset import NO_LABEL
-from hydra_jax.data.images import ImageSet
+from hydra_jax.data import image_index
+from hydra_jax.data.dataset import NO_LABEL, DataError
+from hydra_jax.data.image_index import Images, Subset
+from hydra_jax.data.image_stream import Decoded, ImageStream, Preprocessor
 from hydra_jax.data.text import TextEncoder, TokenizedSet
 
 TEXT_KINDS = ("csv", "tsv", "jsonl", "parquet")
 IMAGE_KINDS = ("folder", "npz")
 KINDS = (*TEXT_KINDS, *IMAGE_KINDS, "tfds", "hf")
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
-
-
-class DataError(ValueError):
-    """Data that cannot be used as given; the message names the file and the problem."""
+IMAGE_SUFFIXES = image_index.IMAGE_SUFFIXES
+RECORD_CHUNK = 4096  # records of a TFDS dataset read at a time
+TOKENIZE_CHUNK = 20_000  # texts tokenised at a time (a progress bar counts them)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,13 +104,14 @@ class Columns:
 
 @dataclasses.dataclass(frozen=True)
 class RawSplit:
-    """Examples as read: `texts` (and `pairs`) or `images` (uint8 `[H, W]` or `[H, W, C]`
-    each), and raw `labels` (ints or strings; None where the source has none)."""
+    """Examples as read: `texts` (and `pairs`), or `images` (an index: image i, `uint8`
+    `[H, W]` or `[H, W, C]`, decoded when asked for; a list of arrays is one too), and raw
+    `labels` (ints or strings; None where the source has none)."""
 
     origin: str
     texts: list[str] | None = None
     pairs: list[str] | None = None
-    images: list[np.ndarray] | None = None
+    images: Images | None = None
     labels: list[Any] | None = None
 
     def __len__(self) -> int:
@@ -112,6 +120,16 @@ class RawSplit:
     @property
     def is_images(self) -> bool:
         return self.images is not None
+
+    def take(self, index: np.ndarray) -> RawSplit:
+        """The examples `index`, in that order (images stay undecoded)."""
+        index = np.asarray(index, np.int64)
+
+        def pick(values: list[Any] | None) -> list[Any] | None:
+            return None if values is None else [values[i] for i in index]
+
+        images = None if self.images is None else Subset(self.images, index)
+        return RawSplit(self.origin, pick(self.texts), pick(self.pairs), images, pick(self.labels))
 
 
 # ----------------------------------------------------------------------------- reading
@@ -122,11 +140,14 @@ def read(
     columns: Columns = Columns(),
     data_dir: Path | None = None,
     labelled: bool = True,
+    progress: bool = True,
 ) -> RawSplit:
-    """The examples of `source`; with `labelled`, its labels are required.
+    """The examples of `source`; with `labelled`, its labels are required. Images are indexed,
+    not decoded: a folder's files are listed and their headers read.
 
     Raises:
-      DataError: a missing file or column, an unreadable image, an empty split, ... (named).
+      DataError: a missing file or column, an unreadable image header, an empty split, ...
+        (named).
     """
     source = Source.parse(source) if isinstance(source, str) else source
     if source.kind != "tfds" and not Path(source.location).exists():
@@ -134,12 +155,15 @@ def read(
     if source.kind in TEXT_KINDS:
         split = _read_table(source, columns, labelled)
     elif source.kind == "folder":
-        split = _read_folder(Path(source.location))
+        images, labels = image_index.open_folder(Path(source.location), progress)
+        split = RawSplit(source.location, images=images, labels=labels)
     elif source.kind == "npz":
-        split = _read_npz(Path(source.location), labelled)
+        images, labels = image_index.open_npz(Path(source.location), labelled)
+        split = RawSplit(source.location, images=images, labels=labels)
+    elif source.kind == "tfds":
+        split = _read_tfds(source, columns, data_dir, labelled, progress)
     else:
-        rows, origin = _read_records(source, data_dir)
-        split = _from_records(rows, origin, columns, labelled)
+        split = _read_hf(source, columns, labelled)
     if len(split) == 0:
         raise DataError(f"{split.origin}: no examples (an empty split)")
     return split
@@ -148,13 +172,18 @@ def read(
 def _read_table(source: Source, columns: Columns, labelled: bool) -> RawSplit:
     path = Path(source.location)
     wanted = [c for c in (columns.text, columns.pair, columns.label) if c]
+    values: dict[str, list[Any]] = {}
     if source.kind in ("csv", "tsv"):
         with path.open(newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f, delimiter="," if source.kind == "csv" else "\t")
-            rows = list(reader)
             header = list(reader.fieldnames or [])
+            values = {c: [] for c in wanted if c in header}
+            for row in reader:
+                for c, column in values.items():
+                    column.append(row.get(c))
     elif source.kind == "jsonl":
-        rows = []
+        values = {c: [] for c in wanted}
+        seen: set[str] = set()
         with path.open(encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 if not line.strip():
@@ -165,127 +194,129 @@ def _read_table(source: Source, columns: Columns, labelled: bool) -> RawSplit:
                     raise DataError(f"{path}: line {number} is not JSON ({error.msg})") from None
                 if not isinstance(row, dict):
                     raise DataError(f"{path}: line {number} is not a JSON object")
-                rows.append(row)
-        header = sorted({k for row in rows for k in row})
+                seen.update(row)
+                for c, column in values.items():
+                    column.append(row.get(c))
+        header = sorted(seen)
     else:
         pq = extras.studies_import("pyarrow.parquet", "parquet: data files")
 
         try:
-            table = pq.read_table(path)
+            schema = pq.read_schema(path)
+            header = list(schema.names)
+            table = pq.read_table(path, columns=[c for c in wanted if c in header])
         except Exception as error:  # pyarrow's own kinds: not a Parquet file, corrupt, ...
             raise DataError(f"{path}: not a readable Parquet table ({error})") from None
-        header = table.column_names
-        rows = table.select([c for c in wanted if c in header]).to_pylist()
-    return _from_records(rows, str(path), columns, labelled, header)
+        values = {c: table.column(c).to_pylist() for c in table.column_names}
+    return _text_split(values, str(path), columns, labelled, header)
 
 
-def _from_records(
-    rows: Sequence[dict[str, Any]],
+def _text_split(
+    values: dict[str, list[Any]],
     origin: str,
     columns: Columns,
     labelled: bool,
-    header: Sequence[str] | None = None,
+    header: Sequence[str],
 ) -> RawSplit:
-    """Rows of a table or dataset as a `RawSplit` (images where rows have an `image`)."""
-    header = list(header) if header is not None else sorted({k for r in rows[:1] for k in r})
-    if rows and "image" in header and columns.text not in header:
-        images = [
-            _as_image(np.asarray(r["image"]), f"{origin} row {i}") for i, r in enumerate(rows)
-        ]
-        labels = _column(rows, columns.label, origin, header) if labelled else None
-        return RawSplit(origin, images=images, labels=labels)
-    texts = _column(rows, columns.text, origin, header, text=True)
-    pairs = _column(rows, columns.pair, origin, header, text=True) if columns.pair else None
-    labels = _column(rows, columns.label, origin, header) if labelled else None
+    """Columns of a table or dataset (`values`: name -> one value per row) as a `RawSplit`."""
+    texts = _column(values, columns.text, origin, header, text=True)
+    pairs = _column(values, columns.pair, origin, header, text=True) if columns.pair else None
+    labels = _column(values, columns.label, origin, header) if labelled else None
     return RawSplit(origin, texts=texts, pairs=pairs, labels=labels)
 
 
 def _column(
-    rows: Sequence[dict[str, Any]], name: str, origin: str, header: Sequence[str], text=False
+    values: dict[str, list[Any]],
+    name: str,
+    origin: str,
+    header: Sequence[str],
+    text: bool = False,
+    rows: int | None = None,
 ) -> list[Any]:
+    """The column `name` of `values`, each value checked (`rows`: the split's size, where
+    `values` may hold no column)."""
+    if rows is None:
+        rows = max((len(column) for column in values.values()), default=0)
     if rows and name not in header:
         raise DataError(f"{origin}: no column {name!r} (its columns: {', '.join(header)})")
-    values = []
-    for i, row in enumerate(rows):
-        value = row.get(name)
+    out = list(values.get(name, [None] * rows))
+    for i, value in enumerate(out):
         if isinstance(value, bytes):
-            value = value.decode("utf-8")
+            value = out[i] = value.decode("utf-8")
         if value is None or (isinstance(value, str) and not value.strip()):
             raise DataError(f"{origin}: row {i + 1} has no {name!r}")
         if text and not isinstance(value, str):
             raise DataError(f"{origin}: row {i + 1}'s {name!r} is not text: {value!r}")
-        values.append(value)
-    return values
+    return out
 
 
-def _read_folder(root: Path) -> RawSplit:
-    from PIL import Image, UnidentifiedImageError
+def _read_tfds(
+    source: Source, columns: Columns, data_dir: Path | None, labelled: bool, progress: bool
+) -> RawSplit:
+    """A prepared TFDS dataset's split (never downloaded): an `image` feature as an index of
+    its records (each image decoded when asked for), else its text columns."""
+    tfds = extras.studies_import("tensorflow_datasets", "tfds: data sources")
+    from hydra_jax.data.sources import default_data_dir
 
-    if not root.is_dir():
-        raise DataError(f"{root}: an image folder source must be a directory of class folders")
-    classes = sorted(p for p in root.iterdir() if p.is_dir())
-    if not classes:
-        raise DataError(f"{root}: no class folders (expected {root}/CLASS/IMAGE.png)")
-    images, labels = [], []
-    for folder in classes:
-        files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-        if not files:
-            raise DataError(
-                f"{folder}: a class folder with no images ({', '.join(IMAGE_SUFFIXES)})"
-            )
-        for file in files:
-            try:
-                with Image.open(file) as image:
-                    image = image.convert("L" if image.mode in ("1", "L", "I;16") else "RGB")
-                    images.append(np.asarray(image))
-            except (UnidentifiedImageError, OSError) as error:
-                raise DataError(f"{file}: not a readable image ({error})") from None
-            labels.append(folder.name)
-    return RawSplit(str(root), images=images, labels=labels)
+    root = Path(data_dir or default_data_dir()) / "tfds"
+    origin = f"tfds:{source.location}:{source.split} in {root}"
 
-
-def _read_npz(path: Path, labelled: bool) -> RawSplit:
-    try:
-        arrays = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise DataError(f"{path}: not a readable .npz file ({error})") from None
-    with arrays:
-        if "images" not in arrays:
-            raise DataError(f"{path}: no 'images' array (it has {', '.join(arrays.files)})")
-        images = arrays["images"]
-        if images.dtype != np.uint8 or images.ndim not in (3, 4):
-            raise DataError(
-                f"{path}: 'images' must be uint8 [N, H, W] or [N, H, W, C], got {images.dtype} "
-                f"{list(images.shape)}"
-            )
-        labels = None
-        if "labels" in arrays:
-            labels = arrays["labels"]
-            if labels.shape != images.shape[:1]:
-                raise DataError(
-                    f"{path}: 'labels' must be [N] = [{len(images)}], got {list(labels.shape)}"
-                )
-            labels = labels.tolist()
-        elif labelled:
-            raise DataError(f"{path}: no 'labels' array, and this split needs labels")
-    return RawSplit(str(path), images=list(images), labels=labels)
-
-
-def _read_records(source: Source, data_dir: Path | None) -> tuple[list[dict[str, Any]], str]:
-    """Rows of a prepared TFDS dataset or a saved HF dataset, as dicts."""
-    if source.kind == "tfds":
-        tfds = extras.studies_import("tensorflow_datasets", "tfds: data sources")
-        from hydra_jax.data.sources import default_data_dir
-
-        root = Path(data_dir or default_data_dir()) / "tfds"
-        origin = f"tfds:{source.location}:{source.split} in {root}"
+    def open_source(**decoders: Any) -> Any:
         try:
-            records = tfds.data_source(
-                source.location, split=source.split, data_dir=str(root), download=False
+            return tfds.data_source(
+                source.location,
+                split=source.split,
+                data_dir=str(root),
+                download=False,
+                decoders=decoders or None,
             )
         except Exception as error:  # TFDS raises its own kinds for a missing dataset or split
             raise DataError(f"{origin}: not a prepared TFDS dataset and split ({error})") from None
-        return list(records.__getitems__(range(len(records)))), origin
+
+    records = open_source()
+    features = records.dataset_info.features
+    header = list(features.keys())
+    is_images = "image" in header and columns.text not in header
+    if is_images and isinstance(features["image"], tfds.features.Image):
+        records = open_source(image=tfds.decode.SkipDecoding())  # encoded: decoded when read
+    wanted = [columns.label] if is_images else [columns.text, columns.pair, columns.label]
+    values: dict[str, list[Any]] = {c: [] for c in wanted if c and c in header}
+    starts = range(0, len(records), RECORD_CHUNK)
+    quiet = not progress or len(records) <= RECORD_CHUNK
+    for start in tqdm(starts, desc=f"index {source}", leave=False, disable=quiet):
+        chunk = records.__getitems__(range(start, min(start + RECORD_CHUNK, len(records))))
+        for c, column in values.items():
+            column += [record[c] for record in chunk]
+    if not is_images:
+        return _text_split(values, origin, columns, labelled, header)
+    files = sorted(Path(str(records.dataset_info.data_dir)).glob("*"))
+    images = image_index.RecordImages(
+        _Decoding(records), origin, image_index.files_fingerprint(files)
+    )
+    labels = _column(values, columns.label, origin, header, rows=len(records)) if labelled else None
+    return RawSplit(origin, images=images, labels=labels)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Decoding:
+    """Records whose `image` may be encoded (PNG or JPEG bytes: TFDS's `SkipDecoding`), with
+    that image decoded."""
+
+    records: Any
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        record = dict(self.records[i])
+        if isinstance(record["image"], bytes):
+            record["image"] = image_index.decode(io.BytesIO(record["image"]), f"record {i}")
+        return record
+
+
+def _read_hf(source: Source, columns: Columns, labelled: bool) -> RawSplit:
+    """A saved HF dataset's split: an `image` column as an index of its rows (each decoded
+    when asked for), else its text columns (Arrow's columns, no row dicts)."""
     datasets = extras.studies_import("datasets", "hf: data sources")
     origin = str(source)
     try:
@@ -298,18 +329,19 @@ def _read_records(source: Source, data_dir: Path | None) -> tuple[list[dict[str,
         loaded = loaded[source.split]
     elif source.split:
         raise DataError(f"{origin}: a single dataset has no splits; drop ':{source.split}'")
-    return list(loaded.with_format("numpy") if "image" in loaded.column_names else loaded), origin
-
-
-def _as_image(image: np.ndarray, origin: str) -> np.ndarray:
-    if image.ndim == 3 and image.shape[-1] == 1:
-        image = image[..., 0]
-    if image.dtype != np.uint8 or image.ndim not in (2, 3):
-        raise DataError(
-            f"{origin}: an image must be uint8 [H, W] or [H, W, C], got "
-            f"{image.dtype} {list(image.shape)}"
-        )
-    return image
+    header = loaded.column_names
+    if "image" in header and columns.text not in header:
+        values = {c: list(loaded[c]) for c in [columns.label] if labelled and c in header}
+        rows = len(loaded)
+        labels = _column(values, columns.label, origin, header, rows=rows) if labelled else None
+        files = [Path(f["filename"]) for f in loaded.cache_files]
+        fingerprint = image_index.files_fingerprint(files) if files else loaded._fingerprint
+        records = loaded.select_columns(["image"]).with_format("numpy")
+        images = image_index.RecordImages(records, origin, f"{fingerprint}:{rows}")
+        return RawSplit(origin, images=images, labels=labels)
+    wanted = [c for c in (columns.text, columns.pair, columns.label) if c and c in header]
+    values = {c: list(loaded[c]) for c in wanted}
+    return _text_split(values, origin, columns, labelled, header)
 
 
 # ----------------------------------------------------------------------------- labels
@@ -402,56 +434,44 @@ def to_dataset(
     checkpoint: Path,
     classes: ClassNames | None,
     encoder: TextEncoder | None = None,
-) -> TokenizedSet | ImageSet:
-    """`split` preprocessed as the checkpoint's files say, labelled by `classes` (None: an OOD
-    set, every label `NO_LABEL`)."""
+    preprocess: Preprocessor | None = None,
+) -> TokenizedSet | ImageStream:
+    """`split` as the checkpoint's files say, labelled by `classes` (None: an OOD set, every
+    label `NO_LABEL`): texts tokenised now, images an `ImageStream` that decodes and runs the
+    image processor (`preprocess`, default the checkpoint's) batch by batch.
+
+    Raises:
+      DataError: a label outside the classes; images the model cannot take, where that is
+        known without decoding them (channels, sizes the processor does not resize).
+    """
     if classes is None or split.labels is None:
         labels = np.full(len(split), NO_LABEL, np.int64)
     else:
         labels = classes.encode(split.labels, split.origin)
-    if split.is_images:
-        return ImageSet(pixels(split.images, checkpoint, split.origin), labels)
+    if split.images is not None:
+        preprocess = preprocess or Preprocessor(checkpoint)
+        preprocess.check(split.images, split.origin)
+        return ImageStream.of(Decoded(split.images, preprocess, split.origin), labels)
+    assert split.texts is not None
     encoder = encoder or TextEncoder(checkpoint)
-    tokens, types = encoder.encode(split.texts, split.pairs)
+    n, pairs = len(split.texts), split.pairs
+    tokens: list[np.ndarray] = []
+    types: list[np.ndarray] | None = None if pairs is None else []
+    starts = range(0, n, TOKENIZE_CHUNK)
+    quiet = n <= TOKENIZE_CHUNK
+    for start in tqdm(starts, desc=f"tokenise {split.origin}", leave=False, disable=quiet):
+        chunk = slice(start, start + TOKENIZE_CHUNK)
+        ids, type_ids = encoder.encode(split.texts[chunk], None if pairs is None else pairs[chunk])
+        tokens += ids
+        if types is not None and type_ids is not None:
+            types += type_ids
     return TokenizedSet(tokens, labels, encoder.pad_id, types)
 
 
 def pixels(images: Sequence[np.ndarray], checkpoint: Path, origin: str) -> np.ndarray:
-    """`[N, C, H, W]` float32 model inputs: the checkpoint's image processor
-    (`preprocessor_config.json`), with grey images repeated to the model's channels."""
-    import transformers
-
-    checkpoint = Path(checkpoint)
-    if not (checkpoint / "preprocessor_config.json").is_file():
-        raise DataError(
-            f"{checkpoint} has no preprocessor_config.json: images need the image "
-            "processor the checkpoint was trained with"
-        )
-    channels = _num_channels(checkpoint)
-    processor = transformers.AutoImageProcessor.from_pretrained(checkpoint, local_files_only=True)
-    shaped = []
-    for i, image in enumerate(images):
-        if image.ndim == 2:
-            image = image[..., None]
-        if image.shape[-1] != channels:
-            if image.shape[-1] != 1:
-                raise DataError(
-                    f"{origin}: image {i} has {image.shape[-1]} channels; the model "
-                    f"takes {channels}"
-                )
-            image = np.repeat(image, channels, axis=-1)
-        shaped.append(image)
-    if len({im.shape for im in shaped}) > 1 and not getattr(processor, "do_resize", False):
-        sizes = sorted({im.shape[:2] for im in shaped})
-        raise DataError(
-            f"{origin}: images of several sizes {sizes[:3]}... and the image "
-            f"processor of {checkpoint} does not resize"
-        )
-    out = processor(shaped, return_tensors="np", input_data_format="channels_last")
-    return np.asarray(out["pixel_values"], np.float32)
-
-
-def _num_channels(checkpoint: Path) -> int:
-    config = json.loads((checkpoint / "config.json").read_text())
-    vision = config.get("vision_config", config)
-    return int(vision.get("num_channels", 3))
+    """`[N, C, H, W]` float32 model inputs of `images` (all at once, in memory): the
+    checkpoint's image processor (`preprocessor_config.json`), grey images repeated to the
+    model's channels."""
+    preprocess = Preprocessor(checkpoint)
+    preprocess.check(list(images), origin)
+    return preprocess(list(images), [f"{origin} image {i}" for i in range(len(images))])

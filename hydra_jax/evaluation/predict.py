@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from hydra_jax import checks
 from hydra_jax.data import Dataset, eval_batches
+from hydra_jax.data.dataset import Batch, prefetched
 from hydra_jax.ensembles.baselines import Forward, NoFeaturesError, Read, logits, with_features
 from hydra_jax.models.architectures import weight_count
 from hydra_jax.models.sharding import overlapped, place_batch, place_params
@@ -70,10 +71,13 @@ def predict(
         eval_batches(data.lengths, batch_size), desc=method.name, leave=False, disable=not progress
     )
 
-    def dispatch(index: np.ndarray) -> Any:
-        return forward(weights, place_batch(data.batch(index, batch_size)))
+    def dispatch(prepared: tuple[np.ndarray, Batch]) -> Any:
+        return forward(weights, place_batch(prepared[1]))
 
-    for index, arrays in overlapped(batches, dispatch):  # the next batch runs while one is read
+    # Batches are made in threads (images decoded) while the device runs the one before, and
+    # each result is read only after the next batch is dispatched.
+    prepared = prefetched(lambda index: data.batch(index, batch_size), batches)
+    for (index, _), arrays in overlapped(prepared, dispatch):
         arrays = arrays if features else (arrays,)
         if out is None:
             out = [np.zeros((len(data), *a.shape[1:]), np.float32) for a in arrays]

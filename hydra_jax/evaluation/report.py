@@ -35,6 +35,17 @@ def markdown(
     return "\n".join([*lines, ""])
 
 
+def skipped_images_section(skipped: dict[str, list[str]], shown: int = 10) -> list[str]:
+    """The images left out of each source because they do not decode (`data.skip_bad_images`):
+    their count and the first `shown` names."""
+    lines = ["", "## Images left out", "", "Images that do not decode, left out of the study:", ""]
+    lines += ["| source | images | first of them |", "|---|---|---|"]
+    for spec, names in skipped.items():
+        first = ", ".join(f"`{name}`" for name in names[:shown])
+        lines.append(f"| `{spec}` | {len(names)} | {first}{' ...' if len(names) > shown else ''} |")
+    return lines
+
+
 def held_out_tables(methods: dict[str, Any], held_out: Sequence[str]) -> list[str]:
     """Seen vs held-out classes (`results["methods"][NAME]["zero_shot"]`), and
     misclassification detection."""

@@ -76,6 +76,10 @@ HELP = {
     "data.eval_limit": "caps every test and validation set; 0: no cap",
     "data.ood_limit": "caps the OOD sets only; 0: no cap",
     "data.ood_groups": "each OOD set's group, `NAME=near` or `NAME=far`: per-group means",
+    "data.cache": "a directory for preprocessed images, written once and read by later "
+    "epochs, stages and runs; empty: images are decoded and preprocessed batch by batch",
+    "data.skip_bad_images": "images that do not decode are left out (a pass that decodes every "
+    "image before training) and listed in the report, instead of stopping the run",
     "train.epochs": "epochs of fine-tuning per member (fractions allowed)",
     "train.batch_size": "examples per step",
     "train.learning_rate": "AdamW's peak learning rate",
@@ -166,6 +170,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
             eval_limit=0,  # caps every test and validation set
             ood_limit=0,  # caps the OOD sets only
             ood_groups="",  # NAME=near,NAME=far: per-group OOD means
+            cache="",  # a directory: preprocessed images written once, then read
+            skip_bad_images=False,  # images that do not decode: left out and listed, not fatal
         )
     )
     c.train = ml_collections.ConfigDict(

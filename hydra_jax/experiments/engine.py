@@ -215,11 +215,14 @@ def _evaluate(config: ml_collections.ConfigDict, workdir: Workdir) -> dict[str, 
     for name in plan.analyses:
         context = Context(config, workdir, plan, trained.member(0), data)
         analysis_results, section = ANALYSES[name].evaluate(context)
-        clash = sorted(set(analysis_results) & {*results, "stages"})
+        clash = sorted(set(analysis_results) & {*results, "stages", "data"})
         if clash:
             raise ValueError(f"analysis {name} returns results under taken keys {clash}")
         results |= analysis_results
         sections.append(section)
+    if data.skipped_images:
+        results["data"] = {"skipped_images": data.skipped_images}
+        sections.append(report.skipped_images_section(data.skipped_images))
     results["stages"] = workdir.train_stages()
     text = report.markdown(config.title, sections, results["stages"], bool(to_evaluate))
     logs = report.training_logs(workdir.path)

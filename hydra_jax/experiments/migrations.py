@@ -105,6 +105,14 @@ def _evaluation_settings(before: Flat, now: Flat) -> Flat:
     return {k: v for k, v in now.items() if k in added and k not in before} | before
 
 
+def _image_streams(before: Flat, now: Flat) -> Flat:
+    """7 -> 8: the generic study gained `data.skip_bad_images` (and the cosmetic `data.cache`).
+    A run recorded before it stopped at an image it could not decode: False reproduces it."""
+    if "data.train" in before and "data.skip_bad_images" in now:
+        return {"data.skip_bad_images": False} | before
+    return before
+
+
 _EVALUATION_FIELDS = (
     "alpha",
     "raps_penalty",
@@ -126,6 +134,7 @@ MIGRATIONS: tuple[Callable[[Flat, Flat], Flat], ...] = (
     _hies_alphas_default,
     _explicit_sources,
     _evaluation_settings,
+    _image_streams,
 )
 SCHEMA = len(MIGRATIONS)  # the version this code writes
 

@@ -207,7 +207,7 @@ def validation_sets(config: ml_collections.ConfigDict) -> tuple[Dataset, Dataset
 def latency_batch(config: ml_collections.ConfigDict, test: Dataset) -> dict[str, np.ndarray]:
     """A fixed batch for latency: the first `test` images, or random tokens of a fixed length."""
     e = config.eval
-    if isinstance(test, data.ImageSet):
-        batch = test.batch(np.arange(e.latency_batch) % len(test))
-        return {"pixel_values": batch["pixel_values"]}
-    return random_tokens(np.random.default_rng(0), e.latency_batch, e.latency_tokens)
+    if isinstance(test, TokenizedSet):
+        return random_tokens(np.random.default_rng(0), e.latency_batch, e.latency_tokens)
+    batch = test.batch(np.arange(e.latency_batch) % len(test))
+    return {"pixel_values": batch["pixel_values"]}

@@ -29,6 +29,8 @@ class Data:
     ood_validation: Callable[[], Dataset | None]
     classes: ClassNames | None = None
     encoder: TextEncoder | None = None
+    # Images left out because they do not decode (`data.skip_bad_images`), per source spec.
+    skipped_images: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     def validation(self) -> tuple[Dataset | None, Dataset | None]:
         """Circuit search's ID and pooled OOD validation sets."""
@@ -93,6 +95,7 @@ def load_data(config: ml_collections.ConfigDict, model: Model | None = None) -> 
             lambda: user.ood_validation,
             user.classes,
             user.encoder,
+            user.skipped_images,
         )
     else:
         names = study_data.CLASS_NAMES.get(config.data.id_set)

@@ -11,8 +11,9 @@ from pathlib import Path
 import ml_collections
 import numpy as np
 
-from hydra_jax.data import Dataset, TextEncoder, concat_all, files
+from hydra_jax.data import Dataset, TextEncoder, concat_all, files, image_index, pixel_cache
 from hydra_jax.data.files import ClassNames, Columns, DataError
+from hydra_jax.data.image_stream import ImageStream, Preprocessor
 from hydra_jax.experiments import methods, study_data
 from hydra_jax.experiments.workdir import split_names
 
@@ -40,12 +41,16 @@ class UserData:
     validation: Dataset | None  # ID validation (circuit search)
     ood_validation: Dataset | None  # OOD validation, pooled (circuit search)
     encoder: TextEncoder | None  # the checkpoint's tokenizer (None for images)
+    # With `data.skip_bad_images`: per source spec, the images left out (they do not decode).
+    skipped_images: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 def load(config: ml_collections.ConfigDict) -> UserData:
-    """Reads every split named by `config.data`, checks it, then preprocesses it with the files
-    of the checkpoint `config.model`; the limits cut fixed random subsets (seed 0). The
-    validation sets are optional, unless a circuit strategy searches on them.
+    """Reads every split named by `config.data`, checks it, then prepares it with the files of
+    the checkpoint `config.model`: texts tokenised, images streamed (decoded and preprocessed
+    batch by batch; with `data.cache`, once into the pixel cache). The limits cut fixed random
+    subsets (seed 0). The validation sets are optional, unless a circuit strategy searches on
+    them.
 
     Raises:
       DataError: a split that cannot be used, named with its file and problem.
@@ -67,11 +72,17 @@ def load(config: ml_collections.ConfigDict) -> UserData:
         "test": d.test,
         **({"validation": d.validation} if d.validation else {}),
     }
-    raw = {key: files.read(spec, columns, data_dir) for key, spec in labelled.items()}
+    skipped: dict[str, list[str]] = {}
+
+    def read(spec: str, labels: bool = True) -> files.RawSplit:
+        split = files.read(spec, columns, data_dir, labelled=labels)
+        return _decodable(split, spec, skipped) if d.get("skip_bad_images", False) else split
+
+    raw = {key: read(spec) for key, spec in labelled.items()}
     ood_specs = named_specs(d.ood, "data.ood")
     ood_val_specs = named_specs(d.ood_validation, "data.ood_validation")
-    ood = {n: files.read(s, columns, data_dir, labelled=False) for n, s in ood_specs.items()}
-    ood_val = [files.read(s, columns, data_dir, labelled=False) for s in ood_val_specs.values()]
+    ood = {n: read(s, labels=False) for n, s in ood_specs.items()}
+    ood_val = [read(s, labels=False) for s in ood_val_specs.values()]
     kinds = {split.origin: split.is_images for split in [*raw.values(), *ood.values(), *ood_val]}
     if len(set(kinds.values())) > 1:
         images = sorted(o for o, is_images in kinds.items() if is_images)
@@ -82,26 +93,51 @@ def load(config: ml_collections.ConfigDict) -> UserData:
     for split in raw.values():  # every label checked before anything is preprocessed
         classes.encode(split.labels, split.origin)
     encoder = None if raw["train"].is_images else TextEncoder(checkpoint, d.max_tokens)
+    preprocess = Preprocessor(checkpoint) if raw["train"].is_images else None
+    cache = d.get("cache", "")
 
-    def prepare(split: files.RawSplit, limit: int, labels: bool = True) -> Dataset:
+    def prepare(split: files.RawSplit, spec: str, limit: int, labels: bool = True) -> Dataset:
         if limit and limit < len(split):
-            index = np.sort(np.random.default_rng(0).permutation(len(split))[:limit])
-            split = dataclasses.replace(
-                split,
-                **{
-                    f.name: [getattr(split, f.name)[i] for i in index]
-                    for f in dataclasses.fields(split)
-                    if f.name != "origin" and getattr(split, f.name) is not None
-                },
-            )
-        return files.to_dataset(split, checkpoint, classes if labels else None, encoder)
+            split = split.take(np.sort(np.random.default_rng(0).permutation(len(split))[:limit]))
+        out = files.to_dataset(split, checkpoint, classes if labels else None, encoder, preprocess)
+        if cache and isinstance(out, ImageStream):
+            out = pixel_cache.cached(out, Path(cache), f"{spec} (limit {limit})")
+        return out
 
     ood_limit = min((n for n in (d.eval_limit, d.ood_limit) if n), default=0)
     study = study_data.StudyData(
-        train=prepare(raw["train"], d.train_limit),
-        test=prepare(raw["test"], d.eval_limit),
-        ood={name: prepare(split, ood_limit, labels=False) for name, split in ood.items()},
+        train=prepare(raw["train"], d.train, d.train_limit),
+        test=prepare(raw["test"], d.test, d.eval_limit),
+        ood={
+            name: prepare(split, ood_specs[name], ood_limit, labels=False)
+            for name, split in ood.items()
+        },
     )
-    validation = prepare(raw["validation"], d.eval_limit) if "validation" in raw else None
-    pooled = concat_all([prepare(s, ood_limit, False) for s in ood_val]) if ood_val else None
-    return UserData(study, classes, validation, pooled, encoder)
+    validation = None
+    if "validation" in raw:
+        validation = prepare(raw["validation"], d.validation, d.eval_limit)
+    pooled = None
+    if ood_val:
+        specs = list(ood_val_specs.values())
+        pooled = concat_all(
+            [prepare(s, spec, ood_limit, False) for s, spec in zip(ood_val, specs, strict=True)]
+        )
+    return UserData(study, classes, validation, pooled, encoder, skipped)
+
+
+def _decodable(split: files.RawSplit, spec: str, skipped: dict[str, list[str]]) -> files.RawSplit:
+    """`split` without its images that do not decode (a pass that decodes each image once),
+    their names kept in `skipped[spec]`.
+
+    Raises:
+      DataError: not one image of the split decodes.
+    """
+    if split.images is None:
+        return split
+    good, bad = image_index.decodable(split.images, f"decode {spec}")
+    if not bad:
+        return split
+    if len(good) == 0:
+        raise DataError(f"{split.origin}: not one image decodes (e.g. {bad[0]})")
+    skipped[spec] = bad
+    return split.take(good)

@@ -32,8 +32,9 @@ from hydra_jax.experiments import migrations
 from hydra_jax.models import kinds
 from hydra_jax.models.sharding import barrier, is_primary
 
-# Keys that change no result: how a run is labelled, and the device mesh it is laid out on.
-COSMETIC_KEYS = frozenset({"title", "mesh.data", "mesh.member", "mesh.heads"})
+# Keys that change no result: how a run is labelled, the device mesh it is laid out on, and
+# where preprocessed images are kept.
+COSMETIC_KEYS = frozenset({"title", "mesh.data", "mesh.member", "mesh.heads", "data.cache"})
 # The workdir's layout: every folder and file a study writes, by what it holds (`layout`).
 LAYOUT = {
     "member": "hf/member_{m}",  # member m's published classifier (an HF directory)

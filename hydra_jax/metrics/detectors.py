@@ -31,6 +31,7 @@ from hydra_jax.metrics.core import check_labels
 
 Detector = Literal["mahalanobis", "relative_mahalanobis", "knn", "vim"]
 DETECTORS: tuple[str, ...] = ("mahalanobis", "relative_mahalanobis", "knn", "vim")
+ROWS = 2048  # examples scored at a time, so memory does not grow with the scored set
 
 
 class CannotFitError(ValueError):
@@ -139,11 +140,17 @@ def fit(
 
 
 def score(
-    detector: Detector, stats: dict[str, Any], features: np.ndarray, logits: np.ndarray
+    detector: Detector, stats: dict[str, Any], features: np.ndarray, logits: np.ndarray | None
 ) -> np.ndarray:
     """Scores `[N]` (higher = more OOD) of `features` `[N, D]` (`logits` `[N, C]`: ViM) by a
     detector `fit` returned `stats` for."""
     x = _features(features, "features")
+    if len(x) > ROWS:  # in blocks: the distance arrays are [ROWS, K] or [ROWS, N_train]
+        z = None if logits is None else np.asarray(logits)
+        blocks = [slice(i, i + ROWS) for i in range(0, len(x), ROWS)]
+        return np.concatenate(
+            [score(detector, stats, x[b], None if z is None else z[b]) for b in blocks]
+        )
     if detector == "mahalanobis":
         return _squared_distances(x, stats["means"], stats["precision"]).min(-1)
     if detector == "relative_mahalanobis":

@@ -17,6 +17,11 @@ DINOv2; batch 64 of the study ViT, as `bench.train` times it).
 
     .venv/bin/python -m bench.streaming [--sizes 2000,20000] [--kinds folder,npz,hf]
         [--out runs/bench_streaming] [--only memory|throughput]
+    .venv/bin/python -m bench.streaming --record "2-core Intel Xeon ..." [--out ...]
+
+`--record CPU` writes the tables `streaming_memory` and `streaming_pipeline` of
+docs/data/benchmarks.json from `OUT/results.json` (the docs' figures; `make tables` renders them),
+captioned with CPU and today's date.
 """
 
 from __future__ import annotations
@@ -194,13 +199,71 @@ def throughput(out: Path, checkpoint: Path, n: int = 1024) -> list[dict[str, Any
     return rows
 
 
+def record(out: Path, cpu: str, data: Path = REPO / "docs" / "data" / "benchmarks.json") -> None:
+    """The tables of `out/results.json` into the docs' data file `data`."""
+    import datetime
+
+    results = json.loads((out / "results.json").read_text())
+    sizes = sorted({r["images"] for r in results["memory"]})
+    low, high = sizes[0], sizes[-1]
+    kinds = {"folder": "`folder:` JPEGs", "npz": "`npz:` (np.savez)", "hf": "`hf:` (JPEG bytes)"}
+    rows = []
+    for kind, label in kinds.items():
+        by_size = {r["images"]: r for r in results["memory"] if r["kind"] == kind}
+        row: dict[str, Any] = {"source": label}
+        for stage in ("train", "evaluate"):
+            row[f"{stage}_low"] = by_size[low][f"{stage}_peak_rss_gb"]
+            row[f"{stage}_high"] = by_size[high][f"{stage}_peak_rss_gb"]
+            row[f"{stage}_ratio"] = row[f"{stage}_high"] / row[f"{stage}_low"]
+            row[f"{stage}_wall_low"] = by_size[low][f"{stage}_wall_s"]
+            row[f"{stage}_wall_high"] = by_size[high][f"{stage}_wall_s"]
+        rows.append(row)
+    pair = [".2f", ".2f", ".3f"]
+    memory = {
+        "columns": [
+            {"name": "source", "header": "source"},
+            {"name": "train", "header": f"train: peak RSS GB at {low:,} / {high:,} images "
+             "(ratio)", "keys": ["train_low", "train_high", "train_ratio"], "fmt": pair},
+            {"name": "evaluate", "header": f"evaluate: peak RSS GB at {low:,} / {high:,} "
+             "(ratio)", "keys": ["evaluate_low", "evaluate_high", "evaluate_ratio"], "fmt": pair},
+            {"name": "wall", "header": f"train / evaluate s at {low:,}; at {high:,}",
+             "keys": ["train_wall_low", "evaluate_wall_low", "train_wall_high",
+                      "evaluate_wall_high"], "fmt": ".0f"},
+        ],
+        "rows": rows,
+    }  # fmt: skip
+    pipeline = {
+        "columns": [
+            {"name": "input", "header": "images"},
+            {"name": "pipeline", "header": "decode + preprocess, images/s: 1 thread / 2 threads",
+             "keys": ["pipeline_1", "pipeline_2"], "fmt": ",.0f"},
+            {"name": "step", "header": "training step, images/s", "fmt": ",.0f"},
+            {"name": "step_batch", "header": "step batch"},
+        ],
+        "rows": results["throughput"],
+    }  # fmt: skip
+    today = datetime.date.today().isoformat()
+    command = "`python -m bench.streaming`"
+    tables = json.loads(data.read_text())
+    for name, table in (("streaming_memory", memory), ("streaming_pipeline", pipeline)):
+        tables[name] = {"cpu": cpu, "date": today, "source": command, **table}
+    sys.path.insert(0, str(REPO / "scripts"))
+    from tables import dump  # the data files' layout: one line per column and per row
+
+    data.write_text(dump(tables))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="2000,20000")
     parser.add_argument("--kinds", default="folder,npz,hf")
     parser.add_argument("--out", default="runs/bench_streaming")
     parser.add_argument("--only", default="", choices=["", "memory", "throughput"])
+    parser.add_argument("--record", default="", help="the CPU, in words: write the docs' tables")
     args = parser.parse_args(argv)
+    if args.record:
+        record(Path(args.out), args.record)
+        return
     args.sizes = [int(n) for n in args.sizes.split(",")]
     args.kinds = args.kinds.split(",")
     out = Path(args.out)

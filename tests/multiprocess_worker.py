@@ -5,7 +5,8 @@
 Joins a 2-process JAX runtime on localhost (gloo collectives; this process's 4 CPU devices
 come from JAX_NUM_CPU_DEVICES), builds the global data=4 x member=2 mesh over all 8 devices and
 runs `test_sharding.run_all` under it: training (stopped after 2 steps and resumed; checkpoints
-in OUT_DIR/run, shared), prediction, head scores and circuit search; then, on a heads=8 mesh
+in OUT_DIR/run, shared), prediction (each process reading only its rows of every batch), head
+scores and circuit search; then, on a heads=8 mesh
 (each process holds half of every layer's heads), compacts the model. Process 0 writes the
 results to OUT_DIR/results.npz. A failure prints its traceback and exits at once, without
 waiting on the shutdown barrier.
@@ -33,6 +34,7 @@ def main(process_id: int, port: int, out: Path) -> None:
     from test_sharding import COMPACT_KEEP, run_all, scenario
 
     import hydra_jax as hj
+    from hydra_jax.evaluation import predict
     from hydra_jax.heads import compact
     from hydra_jax.models.sharding import make_mesh, place_params, process_rows, to_host
 
@@ -46,6 +48,15 @@ def main(process_id: int, port: int, out: Path) -> None:
     with jax.set_mesh(make_mesh(data=4, member=2)):
         assert process_rows(8) == slice(4 * process_id, 4 * process_id + 4)  # its half only
         results = run_all(setup, out / "run", interrupted=True)
+        # Prediction reads only this process's rows of each batch (its half of 8).
+        test, asked = setup[2], []
+        read = type(test).batch
+        type(test).batch = lambda self, index, *a, **k: (
+            asked.append(len(index)) or read(self, index, *a, **k)
+        )
+        predict(setup[1][0], test, 8, progress=False)
+        type(test).batch = read
+        assert asked and set(asked) == {4}, asked
     with jax.set_mesh(make_mesh(heads=8)):  # each process holds half of every layer's heads
         single = setup[0]
         placed = hj.Model(single.config, place_params(single.params))

@@ -1,4 +1,5 @@
-"""Datasets: the `Dataset` protocol and batching, text, images, and the embedded TFDS builders.
+"""Datasets: the `Dataset` protocol and batching, text, images (held in memory, `ImageSet`, or
+decoded batch by batch from files, `ImageStream`), and the embedded TFDS builders.
 
 The TFDS builders (`load`, `prepare`, `Sentences`) import `tensorflow_datasets`, so they are
 loaded on first use: `import hydra_jax` stays free of it.
@@ -20,6 +21,7 @@ from hydra_jax.data.dataset import (
 )
 from hydra_jax.data.image_sources import IMAGE_SETS
 from hydra_jax.data.image_sources import SIZE as IMAGE_SIZE
+from hydra_jax.data.image_stream import ImageStream
 from hydra_jax.data.images import ImageSet, image_set, to_pixels
 from hydra_jax.data.sources import default_data_dir
 from hydra_jax.data.text import TextEncoder, TokenizedSet, pad_batch, random_tokens
@@ -50,6 +52,7 @@ __all__ = [
     "SEVERITIES",
     "Dataset",
     "ImageSet",
+    "ImageStream",
     "Sentences",
     "TextEncoder",
     "TokenizedSet",

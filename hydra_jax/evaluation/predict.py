@@ -23,7 +23,12 @@ from hydra_jax.data import Dataset, eval_batches
 from hydra_jax.data.dataset import Batch, prefetched
 from hydra_jax.ensembles.baselines import Forward, NoFeaturesError, Read, logits, with_features
 from hydra_jax.models.architectures import weight_count
-from hydra_jax.models.sharding import overlapped, place_batch, place_params
+from hydra_jax.models.sharding import (
+    overlapped,
+    place_local_batch,
+    place_params,
+    process_rows,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,12 +76,20 @@ def predict(
         eval_batches(data.lengths, batch_size), desc=method.name, leave=False, disable=not progress
     )
 
+    rows, lengths = process_rows(batch_size), data.lengths
+
+    def make(index: np.ndarray) -> Batch:
+        """This process's rows of the filled batch of `index`, padded as the whole batch pads
+        (several processes each read only their rows)."""
+        filled = np.r_[index, np.repeat(index[:1], batch_size - len(index))]
+        return data.batch(filled[rows], length=int(lengths[filled].max()))
+
     def dispatch(prepared: tuple[np.ndarray, Batch]) -> Any:
-        return forward(weights, place_batch(prepared[1]))
+        return forward(weights, place_local_batch(prepared[1], batch_size))
 
     # Batches are made in threads (images decoded) while the device runs the one before, and
     # each result is read only after the next batch is dispatched.
-    prepared = prefetched(lambda index: data.batch(index, batch_size), batches)
+    prepared = prefetched(make, batches)
     for (index, _), arrays in overlapped(prepared, dispatch):
         arrays = arrays if features else (arrays,)
         if out is None:

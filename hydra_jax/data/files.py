@@ -34,6 +34,7 @@ import csv
 import dataclasses
 import io
 import json
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -314,21 +315,52 @@ class _Decoding:
         return record
 
 
-def _read_hf(source: Source, columns: Columns, labelled: bool) -> RawSplit:
-    """A saved HF dataset's split: an `image` column as an index of its rows (each decoded
-    when asked for), else its text columns (Arrow's columns, no row dicts)."""
+class _Reopened:
+    """The `image` column of a saved HF dataset, opened again after every `every` rows read:
+    a dataset is a memory map of its Arrow files, and the pages a pass reads would otherwise
+    stay in the process's resident memory (as much as the files hold)."""
+
+    def __init__(self, source: Source, rows: int, every: int = 512):
+        self.source, self.rows, self.every = source, rows, every
+        self._lock = threading.Lock()
+        self._records: Any = None
+        self._reads = 0
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        with self._lock:
+            if self._records is None or self._reads >= self.every:
+                self._records, self._reads = None, 0  # the old map is released with its rows
+                self._records = _load_hf(self.source).select_columns(["image"])
+                self._records = self._records.with_format("numpy")
+            self._reads += 1
+            records = self._records
+        return records[i]
+
+
+def _load_hf(source: Source) -> Any:
+    """The split of a dataset written by `save_to_disk` (the whole dataset where it has none)."""
     datasets = extras.studies_import("datasets", "hf: data sources")
-    origin = str(source)
     try:
         loaded = datasets.load_from_disk(source.location)
     except FileNotFoundError as error:
-        raise DataError(f"{origin}: not a dataset written by save_to_disk ({error})") from None
+        raise DataError(f"{source}: not a dataset written by save_to_disk ({error})") from None
     if isinstance(loaded, datasets.DatasetDict):
         if source.split not in loaded:
-            raise DataError(f"{origin}: no split {source.split!r} (it has {', '.join(loaded)})")
-        loaded = loaded[source.split]
-    elif source.split:
-        raise DataError(f"{origin}: a single dataset has no splits; drop ':{source.split}'")
+            raise DataError(f"{source}: no split {source.split!r} (it has {', '.join(loaded)})")
+        return loaded[source.split]
+    if source.split:
+        raise DataError(f"{source}: a single dataset has no splits; drop ':{source.split}'")
+    return loaded
+
+
+def _read_hf(source: Source, columns: Columns, labelled: bool) -> RawSplit:
+    """A saved HF dataset's split: an `image` column as an index of its rows (each decoded
+    when asked for), else its text columns (Arrow's columns, no row dicts)."""
+    origin = str(source)
+    loaded = _load_hf(source)
     header = loaded.column_names
     if "image" in header and columns.text not in header:
         values = {c: list(loaded[c]) for c in [columns.label] if labelled and c in header}
@@ -336,7 +368,7 @@ def _read_hf(source: Source, columns: Columns, labelled: bool) -> RawSplit:
         labels = _column(values, columns.label, origin, header, rows=rows) if labelled else None
         files = [Path(f["filename"]) for f in loaded.cache_files]
         fingerprint = image_index.files_fingerprint(files) if files else loaded._fingerprint
-        records = loaded.select_columns(["image"]).with_format("numpy")
+        records = _Reopened(source, rows)
         images = image_index.RecordImages(records, origin, f"{fingerprint}:{rows}")
         return RawSplit(origin, images=images, labels=labels)
     wanted = [c for c in (columns.text, columns.pair, columns.label) if c and c in header]

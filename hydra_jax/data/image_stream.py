@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,9 +33,9 @@ class Preprocessor:
     """The checkpoint's image processor (`preprocessor_config.json`, through `transformers`):
     `uint8` images -> `[n, C, H, W]` float32, grey images repeated to the model's channels.
 
-    Each image is processed on its own, so a batch gives the same values as the whole set at
-    once. `key` identifies the processing (its config, the model's channels, the `transformers`
-    version) for the pixel cache.
+    Each image is processed on its own (as the processor does within a list), so a batch gives
+    the same values as the whole set at once. `key` identifies the processing (its config, the
+    model's channels, the `transformers` version) for the pixel cache.
     """
 
     def __init__(self, checkpoint: Path):
@@ -84,15 +84,16 @@ class Preprocessor:
                 f"processor of {self.checkpoint} does not resize"
             )
 
-    def __call__(self, images: Sequence[np.ndarray], names: Sequence[str]) -> np.ndarray:
-        """`[n, C, H, W]` float32 model inputs of `images` (named by `names` in errors).
+    def __call__(self, images: Iterable[np.ndarray], names: Sequence[str]) -> np.ndarray:
+        """`[n, C, H, W]` float32 model inputs of the `n` `images` (named by `names` in errors;
+        an iterator of images is decoded one at a time).
 
         Raises:
           DataError: an image with other channels, or of another size where the processor does
             not resize.
         """
-        shaped = []
-        for image, name in zip(images, names, strict=True):
+        out = None
+        for j, (image, name) in enumerate(zip(images, names, strict=True)):
             if image.ndim == 2:
                 image = image[..., None]
             if image.shape[-1] != self.channels:
@@ -101,14 +102,21 @@ class Preprocessor:
                         f"{name} has {image.shape[-1]} channels; the model takes {self.channels}"
                     )
                 image = np.repeat(image, self.channels, axis=-1)
-            shaped.append(image)
-        if len({image.shape for image in shaped}) > 1 and not self.resizes:
-            raise DataError(
-                f"{names[0]}: images of several sizes in one batch, and the image processor "
-                f"of {self.checkpoint} does not resize"
-            )
-        out = self.processor(shaped, return_tensors="np", input_data_format="channels_last")
-        return np.asarray(out["pixel_values"], np.float32)
+            # One image at a time: the processor's float intermediates stay one image's.
+            pixels = self.processor(
+                [image], return_tensors="np", input_data_format="channels_last"
+            )["pixel_values"][0]
+            if out is None:
+                out = np.empty((len(names), *pixels.shape), np.float32)
+            elif pixels.shape != out.shape[1:]:
+                raise DataError(
+                    f"{name}: model inputs of shape {pixels.shape}, the batch's first "
+                    f"{out.shape[1:]}: images of several sizes, and the image processor of "
+                    f"{self.checkpoint} does not resize"
+                )
+            out[j] = pixels
+        assert out is not None
+        return out
 
 
 def _num_channels(checkpoint: Path) -> int:
@@ -148,7 +156,7 @@ class Decoded:
         ).hexdigest()
 
     def pixels(self, rows: np.ndarray) -> np.ndarray:
-        images = [self.images[int(r)] for r in rows]
+        images = (self.images[int(r)] for r in rows)  # each decoded when processed
         return self.preprocess(images, [name_of(self.images, int(r)) for r in rows])
 
 
@@ -234,14 +242,27 @@ class ImageStream:
             raise ValueError("empty batch: no images")
         if batch_size is not None:
             index = np.r_[index, np.repeat(index[:1], batch_size - len(index))]
-        unique, inverse = np.unique(index, return_inverse=True)
-        rows = self.rows[unique]
+        # Each example read once (a filled batch repeats its first), in the batch's order.
+        repeats = len(np.unique(index)) < len(index)
+        unique, inverse = np.unique(index, return_inverse=True) if repeats else (index, None)
+        pixels = self._pixels(self.rows[unique])
+        labels = self.labels[index]
+        if inverse is None:
+            return {"pixel_values": pixels, "labels": labels}
+        return {"pixel_values": pixels[inverse.ravel()], "labels": labels}
+
+    def _pixels(self, rows: np.ndarray) -> np.ndarray:
+        """Model inputs of `rows` (`[n, 2]`: part, row), in that order; one part's are its own
+        array (no copy)."""
+        parts = np.unique(rows[:, 0])
+        if len(parts) == 1:
+            return self.parts[parts[0]].pixels(rows[:, 1])
         pixels = None
-        for part in np.unique(rows[:, 0]):
+        for part in parts:
             chosen = np.nonzero(rows[:, 0] == part)[0]
             values = self.parts[part].pixels(rows[chosen, 1])
             if pixels is None:
-                pixels = np.empty((len(unique), *values.shape[1:]), np.float32)
+                pixels = np.empty((len(rows), *values.shape[1:]), np.float32)
             elif values.shape[1:] != pixels.shape[1:]:
                 raise DataError(
                     f"{self.parts[part].origin}: model inputs of shape {values.shape[1:]}, "
@@ -249,4 +270,4 @@ class ImageStream:
                 )
             pixels[chosen] = values
         assert pixels is not None
-        return {"pixel_values": pixels[inverse.ravel()], "labels": self.labels[index]}
+        return pixels

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +85,16 @@ def predict(
         filled = np.r_[index, np.repeat(index[:1], batch_size - len(index))]
         return data.batch(filled[rows], length=int(lengths[filled].max()))
 
-    def dispatch(prepared: tuple[np.ndarray, Batch]) -> Any:
-        return forward(weights, place_local_batch(prepared[1], batch_size))
+    def dispatched() -> Iterator[tuple[np.ndarray, Any]]:
+        """Batches made in threads (images decoded) while the device runs the one before;
+        each host batch is let go once it is dispatched."""
+        for index, batch in prefetched(make, batches):
+            result = forward(weights, place_local_batch(batch, batch_size))
+            del batch
+            yield index, result
 
-    # Batches are made in threads (images decoded) while the device runs the one before, and
-    # each result is read only after the next batch is dispatched.
-    prepared = prefetched(make, batches)
-    for (index, _), arrays in overlapped(prepared, dispatch):
+    # Each result is read only after the next batch is dispatched.
+    for (index, _), arrays in overlapped(dispatched(), lambda item: item[1]):
         arrays = arrays if features else (arrays,)
         if out is None:
             out = [np.zeros((len(data), *a.shape[1:]), np.float32) for a in arrays]

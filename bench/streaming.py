@@ -108,7 +108,7 @@ def write_sources(root: Path, n: int) -> dict[str, str]:
 
 def run_stage(stage: str, fields: list[str], workdir: Path) -> dict[str, float]:
     """One stage of the generic study in its own process (started by `bench.rss`, which reads
-    its peak RSS): peak RSS (GB) and wall time."""
+    its peak RSS): peak RSS (GiB) and wall time."""
     command = [sys.executable, "-m", "bench.rss", sys.executable, str(REPO / f"{stage}.py"),
                "--config", str(REPO / "configs/custom.py") + ":smoke", "--workdir",
                str(workdir), *fields]  # fmt: skip
@@ -218,17 +218,19 @@ def record(out: Path, cpu: str, data: Path = REPO / "docs" / "data" / "benchmark
             row[f"{stage}_wall_low"] = by_size[low][f"{stage}_wall_s"]
             row[f"{stage}_wall_high"] = by_size[high][f"{stage}_wall_s"]
         rows.append(row)
-    pair = [".2f", ".2f", ".3f"]
     memory = {
         "columns": [
             {"name": "source", "header": "source"},
-            {"name": "train", "header": f"train: peak RSS GB at {low:,} / {high:,} images "
-             "(ratio)", "keys": ["train_low", "train_high", "train_ratio"], "fmt": pair},
-            {"name": "evaluate", "header": f"evaluate: peak RSS GB at {low:,} / {high:,} "
-             "(ratio)", "keys": ["evaluate_low", "evaluate_high", "evaluate_ratio"], "fmt": pair},
-            {"name": "wall", "header": f"train / evaluate s at {low:,}; at {high:,}",
-             "keys": ["train_wall_low", "evaluate_wall_low", "train_wall_high",
-                      "evaluate_wall_high"], "fmt": ".0f"},
+            {"name": "train", "header": f"train: peak RSS GiB, {low:,} / {high:,} images",
+             "keys": ["train_low", "train_high"], "fmt": ".2f"},
+            {"name": "train_ratio", "header": "ratio", "fmt": ".3f"},
+            {"name": "evaluate", "header": f"evaluate: peak RSS GiB, {low:,} / {high:,}",
+             "keys": ["evaluate_low", "evaluate_high"], "fmt": ".2f"},
+            {"name": "evaluate_ratio", "header": "ratio", "fmt": ".3f"},
+            {"name": "wall_low", "header": f"train / evaluate s, {low:,} images",
+             "keys": ["train_wall_low", "evaluate_wall_low"], "fmt": ".0f"},
+            {"name": "wall_high", "header": f"{high:,} images",
+             "keys": ["train_wall_high", "evaluate_wall_high"], "fmt": ".0f"},
         ],
         "rows": rows,
     }  # fmt: skip

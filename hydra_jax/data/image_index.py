@@ -255,13 +255,7 @@ def open_npz(path: Path, labelled: bool) -> tuple[NpzImages, list[Any] | None]:
         if "images" not in archive.files:
             raise DataError(f"{path}: no 'images' array (it has {', '.join(archive.files)})")
         with archive.zip.open("images.npy") as member:
-            version = np.lib.format.read_magic(member)
-            read_header = (
-                np.lib.format.read_array_header_1_0
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0
-            )
-            shape, fortran, dtype = read_header(member)
+            shape, fortran, dtype = npy_header(member)
         if dtype != np.uint8 or len(shape) not in (3, 4) or fortran:
             raise DataError(
                 f"{path}: 'images' must be uint8 [N, H, W] or [N, H, W, C], got {dtype} "
@@ -292,12 +286,21 @@ def _stored_array_offset(path: Path, info: zipfile.ZipInfo) -> int:
         local = f.read(30)  # the local file header: its name and extra field lengths at 26..30
         name_length, extra_length = struct.unpack("<HH", local[26:30])
         f.seek(info.header_offset + 30 + name_length + extra_length)
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            np.lib.format.read_array_header_1_0(f)
-        else:
-            np.lib.format.read_array_header_2_0(f)
+        npy_header(f)
         return f.tell()
+
+
+def npy_header(f: Any) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """`(shape, fortran_order, dtype)` of the `.npy` data that `f` is at, leaving `f` at its
+    first element.
+
+    Raises:
+      ValueError: not `.npy` data.
+    """
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(f)
+    return np.lib.format.read_array_header_2_0(f)
 
 
 # ----------------------------------------------------------------------------- hf:, tfds:

@@ -22,6 +22,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from hydra_jax.data.dataset import prefetched
+from hydra_jax.data.image_index import npy_header
 from hydra_jax.data.image_stream import ImageStream, PixelFile
 from hydra_jax.models.sharding import barrier, is_primary
 
@@ -107,13 +108,7 @@ def open_pixel_file(path: Path, fingerprint: str) -> PixelFile | None:
         return None
     with path.open("rb") as f:
         try:
-            version = np.lib.format.read_magic(f)
-            read_header = (
-                np.lib.format.read_array_header_1_0
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0
-            )
-            shape, fortran, dtype = read_header(f)
+            shape, fortran, dtype = npy_header(f)
         except ValueError:
             return None
         offset = f.tell()

@@ -72,17 +72,11 @@ def load(config: ml_collections.ConfigDict) -> UserData:
         "test": d.test,
         **({"validation": d.validation} if d.validation else {}),
     }
-    skipped: dict[str, list[str]] = {}
-
-    def read(spec: str, labels: bool = True) -> files.RawSplit:
-        split = files.read(spec, columns, data_dir, labelled=labels)
-        return _decodable(split, spec, skipped) if d.get("skip_bad_images", False) else split
-
-    raw = {key: read(spec) for key, spec in labelled.items()}
+    raw = {key: files.read(spec, columns, data_dir) for key, spec in labelled.items()}
     ood_specs = named_specs(d.ood, "data.ood")
     ood_val_specs = named_specs(d.ood_validation, "data.ood_validation")
-    ood = {n: read(s, labels=False) for n, s in ood_specs.items()}
-    ood_val = [read(s, labels=False) for s in ood_val_specs.values()]
+    ood = {n: files.read(s, columns, data_dir, labelled=False) for n, s in ood_specs.items()}
+    ood_val = [files.read(s, columns, data_dir, labelled=False) for s in ood_val_specs.values()]
     kinds = {split.origin: split.is_images for split in [*raw.values(), *ood.values(), *ood_val]}
     if len(set(kinds.values())) > 1:
         images = sorted(o for o, is_images in kinds.items() if is_images)
@@ -92,6 +86,14 @@ def load(config: ml_collections.ConfigDict) -> UserData:
     )
     for split in raw.values():  # every label checked before anything is preprocessed
         classes.encode(split.labels, split.origin)
+    skipped: dict[str, list[str]] = {}
+    if d.get("skip_bad_images", False):  # after the cheap checks: every image decoded once
+        raw = {key: _decodable(split, labelled[key], skipped) for key, split in raw.items()}
+        ood = {name: _decodable(split, ood_specs[name], skipped) for name, split in ood.items()}
+        ood_val = [
+            _decodable(split, spec, skipped)
+            for split, spec in zip(ood_val, ood_val_specs.values(), strict=True)
+        ]
     encoder = None if raw["train"].is_images else TextEncoder(checkpoint, d.max_tokens)
     preprocess = Preprocessor(checkpoint) if raw["train"].is_images else None
     cache = d.get("cache", "")

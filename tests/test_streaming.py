@@ -229,3 +229,16 @@ def test_prefetched_keeps_the_order_and_raises_what_a_worker_raised():
 
     with pytest.raises(DataError, match="image 4"):
         list(prefetched(fails, range(10)))
+
+
+def test_encoded_records_are_decoded_and_a_bad_one_is_named_by_its_source():
+    """Records that hold their image encoded (TFDS's `SkipDecoding`): decoded when read; one
+    that does not decode names the source and the row."""
+    image = rgb_images(1)[0]
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    records = [{"image": buffer.getvalue()}, {"image": b"not a png"}]
+    index = image_index.RecordImages(records, "tfds:shapes:test", "")
+    np.testing.assert_array_equal(index[0], image)
+    with pytest.raises(DataError, match=r"tfds:shapes:test row 1: not a readable image"):
+        index[1]

@@ -129,7 +129,8 @@ def prefetched(
     make: Callable[[Item], Made], items: Iterable[Item], ahead: int = 2
 ) -> Iterator[tuple[Item, Made]]:
     """`(item, make(item))` for every item, in order, the next `ahead` made in background
-    threads while the caller uses one (decoding and preprocessing release the GIL)."""
+    threads while the caller uses one (PIL's decoding and NumPy release the GIL for much of
+    their work; Python code in `make` does not)."""
     with ThreadPoolExecutor(ahead) as pool:
         pending: collections.deque = collections.deque()
         for item in items:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import io
 import json
 import threading
 from collections.abc import Sequence
@@ -291,28 +290,9 @@ def _read_tfds(
     if not is_images:
         return _text_split(values, origin, columns, labelled, header)
     files = sorted(Path(str(records.dataset_info.data_dir)).glob("*"))
-    images = image_index.RecordImages(
-        _Decoding(records), origin, image_index.files_fingerprint(files)
-    )
+    images = image_index.RecordImages(records, origin, image_index.files_fingerprint(files))
     labels = _column(values, columns.label, origin, header, rows=len(records)) if labelled else None
     return RawSplit(origin, images=images, labels=labels)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class _Decoding:
-    """Records whose `image` may be encoded (PNG or JPEG bytes: TFDS's `SkipDecoding`), with
-    that image decoded."""
-
-    records: Any
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        record = dict(self.records[i])
-        if isinstance(record["image"], bytes):
-            record["image"] = image_index.decode(io.BytesIO(record["image"]), f"record {i}")
-        return record
 
 
 class _Reopened:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import os
 import struct
 import zipfile
@@ -30,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from tqdm.auto import tqdm
 
-from hydra_jax.data.dataset import DataError
+from hydra_jax.data.dataset import DataError, prefetched
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
@@ -273,10 +274,8 @@ def open_npz(path: Path, labelled: bool) -> tuple[NpzImages, list[Any] | None]:
             raise DataError(f"{path}: no 'labels' array, and this split needs labels")
         info = archive.zip.getinfo("images.npy")
         whole = archive["images"] if info.compress_type != zipfile.ZIP_STORED else None
-    stat = path.stat()
-    fingerprint = _hash([str(path.resolve()), str(stat.st_size), str(stat.st_mtime_ns)])
     offset = -1 if whole is not None else _stored_array_offset(path, info)
-    return NpzImages(path, tuple(shape), offset, whole, fingerprint), labels
+    return NpzImages(path, tuple(shape), offset, whole, files_fingerprint([path])), labels
 
 
 def _stored_array_offset(path: Path, info: zipfile.ZipInfo) -> int:
@@ -309,7 +308,8 @@ def npy_header(f: Any) -> tuple[tuple[int, ...], bool, np.dtype]:
 @dataclasses.dataclass(frozen=True, eq=False)
 class RecordImages:
     """The `image` feature of a random-access dataset (a saved HF dataset, a prepared TFDS
-    dataset's ArrayRecord source): `records[i]` decodes record i only."""
+    dataset's ArrayRecord source): `records[i]` reads record i only; an image it holds encoded
+    (PNG or JPEG bytes, as TFDS's `SkipDecoding` leaves it) is decoded here."""
 
     records: Sequence[Any]
     origin: str
@@ -326,6 +326,8 @@ class RecordImages:
             raise
         except Exception as error:  # the library's own kinds: a corrupt or truncated image
             raise DataError(f"{self.name(i)}: not a readable image ({error})") from None
+        if isinstance(value, bytes):
+            return decode(io.BytesIO(value), self.name(i))
         return as_image(np.asarray(value), self.name(i))
 
     def name(self, i: int) -> str:
@@ -346,7 +348,6 @@ def decodable(
 ) -> tuple[np.ndarray, list[str]]:
     """The images that decode (their indices, in order) and the names of those that do not:
     a pass that decodes every image once (in threads) and keeps none."""
-    from hydra_jax.data.dataset import prefetched
 
     def bad_in(start: int) -> list[int]:
         bad = []

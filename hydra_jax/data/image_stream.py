@@ -242,14 +242,12 @@ class ImageStream:
             raise ValueError("empty batch: no images")
         if batch_size is not None:
             index = np.r_[index, np.repeat(index[:1], batch_size - len(index))]
-        # Each example read once (a filled batch repeats its first), in the batch's order.
-        repeats = len(np.unique(index)) < len(index)
-        unique, inverse = np.unique(index, return_inverse=True) if repeats else (index, None)
-        pixels = self._pixels(self.rows[unique])
         labels = self.labels[index]
-        if inverse is None:
-            return {"pixel_values": pixels, "labels": labels}
-        return {"pixel_values": pixels[inverse.ravel()], "labels": labels}
+        unique, inverse = np.unique(index, return_inverse=True)
+        if len(unique) == len(index):  # read in the batch's order: the part's array, no copy
+            return {"pixel_values": self._pixels(self.rows[index]), "labels": labels}
+        # A filled batch repeats its first example: each example read once.
+        return {"pixel_values": self._pixels(self.rows[unique])[inverse.ravel()], "labels": labels}
 
     def _pixels(self, rows: np.ndarray) -> np.ndarray:
         """Model inputs of `rows` (`[n, 2]`: part, row), in that order; one part's are its own

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from hydra_jax.models.attention import padding_bias
 from hydra_jax.models.config import EncoderConfig
+from hydra_jax.models.dropout import Dropout
 from hydra_jax.models.encoder import (
     ACTIVATIONS,
     Encoder,
@@ -137,11 +138,11 @@ class Bert(StagedEncoder):
             self.classifier = nn.Dense(c.num_labels)
         # Flax derives a dropout module's RNG stream from its name; these are the names the
         # compact module gave them, so training draws the same masks as it always did.
-        self.Dropout_0 = nn.Dropout(e.dropout)  # embeddings
+        self.Dropout_0 = Dropout(e.dropout)  # embeddings
         rate = e.dropout if c.classifier_dropout is None else c.classifier_dropout
-        self.Dropout_1 = nn.Dropout(rate)  # classifier input
+        self.Dropout_1 = Dropout(rate)  # classifier input
         if c.pre_classifier_dropout is not None:  # DeBERTa's pooler dropout
-            self.pre_classifier_drop = nn.Dropout(c.pre_classifier_dropout)
+            self.pre_classifier_drop = Dropout(c.pre_classifier_dropout)
 
     def embed(
         self,

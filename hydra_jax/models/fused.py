@@ -26,6 +26,7 @@ from flax import traverse_util
 from hydra_jax.models.architectures import MemberConfig, architecture
 from hydra_jax.models.attention import Attention
 from hydra_jax.models.config import EncoderConfig
+from hydra_jax.models.dropout import Dropout
 from hydra_jax.models.encoder import (
     attention_block,
     channels,
@@ -108,7 +109,7 @@ class _Ops:
         self.e = e
         self.norm = layer_norm(e)
         self.mlp = mlp_block(e)
-        self.drop = nn.Dropout(e.dropout)
+        self.drop = Dropout(e.dropout)
 
     def attention(self, l: int, n: int) -> Attention:
         return attention_block(self.e, l, n)

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from hydra_jax.models.attention import padding_bias
 from hydra_jax.models.config import EncoderConfig
+from hydra_jax.models.dropout import Dropout
 from hydra_jax.models.encoder import (
     ACTIVATIONS,
     Encoder,
@@ -78,8 +79,8 @@ class ModernBert(StagedEncoder):
             self.pre_classifier = nn.Dense(e.width, use_bias=c.head_bias, dtype=compute_dtype(e))
             self.head_norm = layer_norm(e)
             self.classifier = nn.Dense(c.num_labels)
-        self.embedding_drop = nn.Dropout(c.embedding_dropout)
-        self.classifier_drop = nn.Dropout(c.classifier_dropout)
+        self.embedding_drop = Dropout(c.embedding_dropout)
+        self.classifier_drop = Dropout(c.classifier_dropout)
 
     def embed(
         self,

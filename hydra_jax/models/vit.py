@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hydra_jax.models.config import EncoderConfig
+from hydra_jax.models.dropout import Dropout
 from hydra_jax.models.encoder import (
     ACTIVATIONS,
     Encoder,
@@ -175,7 +176,7 @@ class ViT(StagedEncoder):
             self.classifier = nn.Dense(c.num_labels)
             if c.distilled_head:
                 self.distillation_classifier = nn.Dense(c.num_labels)
-        self.Dropout_0 = nn.Dropout(e.dropout)  # the compact module's name: same RNG stream
+        self.Dropout_0 = Dropout(e.dropout)  # the compact module's name: same RNG stream
 
     def embed(self, pixel_values: jax.Array, deterministic: bool = True) -> Stem:
         """`pixel_values`: `[B, C, H, W]` floats, as HF image processors produce them."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 
 import flax.linen as nn
@@ -11,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hydra_jax.models.config import RelativeAttention
+from hydra_jax.models.dropout import Dropout
 
 
 def wide_dtype(dtype: jnp.dtype) -> jnp.dtype:
@@ -118,6 +120,18 @@ def rows(term: jax.Array, start: int, stop: int) -> jax.Array:
     return term if term.shape[2] == 1 else term[:, :, start:stop]
 
 
+def as_rows(x: jax.Array, features: int = 1) -> jax.Array:
+    """`x` `[..., F...]` as a matrix of rows `[R, F...]` (`features` trailing axes kept).
+
+    Dense layers take their inputs as rows: autodiff then writes a kernel's gradient as one
+    product contracting the row axis, `[R, in]^T x [R, out]`. Over `[B, T, in]` it contracts
+    two axes, and XLA:CPU first copies the cotangent into a transposed layout (with the
+    element-wise work that produced it fused into that strided copy). The forward product is
+    the same either way."""
+    lead, kept = x.shape[: x.ndim - features], x.shape[x.ndim - features :]
+    return x.reshape(math.prod(lead), *kept)  # explicit: a pruned layer's kept axes may be 0
+
+
 def _kernel_init(key: jax.Array, shape: tuple[int, ...], dtype: jnp.dtype) -> jax.Array:
     # A pruned layer may have zero heads: a zero-size kernel, where fan-in scaling divides by 0.
     if 0 in shape:
@@ -194,7 +208,10 @@ class Attention(nn.Module):
         # context accumulates in the softmax dtype and returns to the compute dtype after the
         # division. `bench/attention.py` times this against normalising first.
         projections = {name: projection(name) for name in ("query", "key", "value")}
-        q, k, v = (p(x).transpose(0, 2, 1, 3) for p in projections.values())
+        B, T = x.shape[:2]
+        q, k, v = (
+            p(as_rows(x)).reshape(B, T, N, K).transpose(0, 2, 1, 3) for p in projections.values()
+        )
         if self.rotary_theta:
             q, k = rotary(q, self.rotary_theta), rotary(k, self.rotary_theta)
         divisor = K * (1 if self.relative is None else self.relative.scale_factor)
@@ -206,7 +223,7 @@ class Attention(nn.Module):
             terms.append(
                 self._disentangled(q, k, distances, projections, projection, divisor, deterministic)
             )
-        dropout = nn.Dropout(self.dropout)
+        dropout = Dropout(self.dropout)
         blocks = [
             self._attend(q[:, :, a:b], k, v, [rows(t, a, b) for t in terms], dropout, deterministic)
             for a, b in query_blocks(q.shape[2])
@@ -223,7 +240,7 @@ class Attention(nn.Module):
             kernel_init=_kernel_init,
             dtype=self.dtype,
             name="out",
-        )(context)  # [B, T, D]
+        )(as_rows(context, 2)).reshape(B, T, self.width)  # [B, T, D]
         return out, probs
 
     @staticmethod
@@ -232,7 +249,7 @@ class Attention(nn.Module):
         k: jax.Array,
         v: jax.Array,
         terms: list[jax.Array],
-        dropout: nn.Dropout,
+        dropout: Dropout,
         deterministic: bool,
     ) -> tuple[jax.Array, jax.Array]:
         """Queries `q` `[B, N, R, K]` (scaled; R of the T rows) against keys and values `[B, N,
@@ -278,7 +295,7 @@ class Attention(nn.Module):
         # values, a fraction of the work when T < A (64 tokens of DeBERTa-v3's 256 buckets).
         low = int(min(c2p_index.min(), p2c_index.min()))
         high = int(max(c2p_index.max(), p2c_index.max()))
-        table = nn.Dropout(self.position_dropout, name="position_dropout")(
+        table = Dropout(self.position_dropout, name="position_dropout")(
             distances[low : high + 1], deterministic=deterministic
         )  # [R, D]
         if not r.share_keys:

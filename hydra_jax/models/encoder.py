@@ -10,8 +10,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hydra_jax.models.attention import Attention, wide_dtype, window_bias
+from hydra_jax.models.attention import Attention, as_rows, wide_dtype, window_bias
 from hydra_jax.models.config import EncoderConfig
+from hydra_jax.models.dropout import Dropout
 from hydra_jax.models.outputs import ModelOutput, Stem
 
 
@@ -94,14 +95,16 @@ class Mlp(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
+        """`x` `[..., D]` -> `[..., D]`, the rows run as one `[R, D]` matrix (`as_rows`)."""
         F = self.mlp_dim * (2 if self.gated else 1)
-        h = nn.Dense(F, use_bias=self.use_bias, dtype=self.dtype, name="fc1")(x)
+        h = nn.Dense(F, use_bias=self.use_bias, dtype=self.dtype, name="fc1")(as_rows(x))
         if self.gated:
-            h, gate = jnp.split(h, 2, axis=-1)  # [B, T, F] each
+            h, gate = jnp.split(h, 2, axis=-1)  # [R, F] each
             h = ACTIVATIONS[self.activation](h) * gate
         else:
-            h = ACTIVATIONS[self.activation](h)  # [B, T, F]
-        return nn.Dense(self.width, use_bias=self.use_bias, dtype=self.dtype, name="fc2")(h)
+            h = ACTIVATIONS[self.activation](h)  # [R, F]
+        out = nn.Dense(self.width, use_bias=self.use_bias, dtype=self.dtype, name="fc2")(h)
+        return out.reshape(*x.shape[:-1], self.width)
 
 
 def mlp_block(c: EncoderConfig, name: str | None = None) -> Mlp:
@@ -196,7 +199,7 @@ class EncoderLayer(nn.Module):
         else:
             attention_norm = lambda h: h  # noqa: E731 (ModernBERT's layer 0)
         mlp_norm = layer_norm(c, name="mlp_norm")
-        drop = nn.Dropout(c.dropout, deterministic=deterministic)
+        drop = Dropout(c.dropout, deterministic=deterministic)
         scale = layer_scales(self, c)
         bias = layer_bias(c, l, bias, x.shape[1])
         if c.pre_norm:

@@ -14,6 +14,7 @@ import hydra_jax as hj
 from hydra_jax import testing
 from hydra_jax.heads import his_and_entropy
 from hydra_jax.models import BertConfig, with_classifier, with_dtype
+from hydra_jax.models.attention import wide_dot
 from hydra_jax.training import TrainSettings, TrainState, make_optimizer, make_train_step
 
 # bf16 keeps 8 significant bits (relative rounding 2^-9 = 0.2%); after a few layers of matmuls
@@ -150,3 +151,22 @@ def test_loss_of_bf16_logits_is_computed_in_fp32(bert):
     logits = with_dtype(model, "bfloat16")(**inputs).logits
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
     assert loss.dtype == jnp.float32
+
+
+def test_dense_products_of_bf16_accumulate_in_fp32_and_round_once():
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((6, 33)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((33, 3, 5)), jnp.bfloat16)
+    dims = (((1,), (0,)), ((), ()))
+    got = jax.jit(lambda x, w: wide_dot(x, w, dims))(x, w)
+    exact = np.einsum("md,dnk->mnk", np.asarray(x, np.float64), np.asarray(w, np.float64))
+    assert got.dtype == jnp.bfloat16
+    # one rounding of a float32 sum to bf16 (half a step: at most 2^-8 of the value), plus the
+    # float32 sum's own error; a bf16 accumulation of 33 terms would be off by several steps
+    np.testing.assert_allclose(np.asarray(got, np.float64), exact, rtol=BF16_ULP + 1e-6)
+    # float32 operands take the plain product, bit for bit
+    x32, w32 = x.astype(jnp.float32), w.astype(jnp.float32)
+    np.testing.assert_array_equal(
+        jax.jit(lambda a, b: wide_dot(a, b, dims))(x32, w32),
+        jax.jit(lambda a, b: jax.lax.dot_general(a, b, dims))(x32, w32),
+    )

@@ -120,6 +120,29 @@ def rows(term: jax.Array, start: int, stop: int) -> jax.Array:
     return term if term.shape[2] == 1 else term[:, :, start:stop]
 
 
+def wide_dot(
+    lhs: jax.Array,
+    rhs: jax.Array,
+    dimension_numbers: tuple,
+    precision: jax.lax.PrecisionLike = None,
+    preferred_element_type: jnp.dtype | None = None,
+) -> jax.Array:
+    """`jax.lax.dot_general` for dense layers (Flax's `dot_general=`): float32 and float64
+    operands multiply as they are; narrower ones (bfloat16) accumulate in float32 and are
+    rounded to their dtype once, at the end.
+
+    Asked for a bfloat16 result, XLA:CPU converts both operands to float32 and multiplies in
+    float32; asked for float32, it runs its bfloat16 kernels, which use the CPU's bfloat16
+    instructions where it has them. Products of bfloat16 numbers are exact in float32 and
+    accumulate there either way, so the two differ only in the order of the sums."""
+    del preferred_element_type  # the accumulation dtype is the wide one
+    wide = wide_dtype(lhs.dtype)
+    if lhs.dtype == wide:
+        return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision)
+    out = jax.lax.dot_general(lhs, rhs, dimension_numbers, precision, preferred_element_type=wide)
+    return out.astype(lhs.dtype)
+
+
 def as_rows(x: jax.Array, features: int = 1) -> jax.Array:
     """`x` `[..., F...]` as a matrix of rows `[R, F...]` (`features` trailing axes kept).
 
@@ -196,8 +219,9 @@ class Attention(nn.Module):
         def projection(name: str) -> nn.DenseGeneral:
             init, dtype = _kernel_init, self.dtype
             return nn.DenseGeneral(
-                (N, K), use_bias=self.qkv_bias, kernel_init=init, dtype=dtype, name=name
-            )
+                (N, K), use_bias=self.qkv_bias, kernel_init=init, dtype=dtype,
+                dot_general=wide_dot, name=name,
+            )  # fmt: skip
 
         # Head-major [B, N, T, K] operands make both attention products plain batched matmuls,
         # and scaling q (not the [B, N, T, S] scores) keeps XLA:CPU from materialising the scale
@@ -239,6 +263,7 @@ class Attention(nn.Module):
             use_bias=self.out_bias,
             kernel_init=_kernel_init,
             dtype=self.dtype,
+            dot_general=wide_dot,
             name="out",
         )(as_rows(context, 2)).reshape(B, T, self.width)  # [B, T, D]
         return out, probs

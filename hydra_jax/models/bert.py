@@ -12,7 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hydra_jax.models.attention import padding_bias
+from hydra_jax.models.attention import padding_bias, wide_dot
 from hydra_jax.models.config import EncoderConfig
 from hydra_jax.models.dropout import Dropout
 from hydra_jax.models.encoder import (
@@ -128,13 +128,13 @@ class Bert(StagedEncoder):
         self.embeddings_norm = LayerNorm(e.layer_norm_eps)
         if c.embedding_size:
             bias = not c.variant.disentangled  # DeBERTa's projection has no bias
-            self.embeddings_project = nn.Dense(e.width, use_bias=bias, dtype=dtype)
+            self.embeddings_project = nn.Dense(e.width, bias, dtype, dot_general=wide_dot)
         self.encoder = Encoder(e)
         if c.pooler:
-            self.pooler = nn.Dense(e.width, dtype=dtype)
+            self.pooler = nn.Dense(e.width, dtype=dtype, dot_general=wide_dot)
         if c.num_labels:
             if c.variant.head != "pooler":
-                self.pre_classifier = nn.Dense(e.width, dtype=dtype)
+                self.pre_classifier = nn.Dense(e.width, dtype=dtype, dot_general=wide_dot)
             self.classifier = nn.Dense(c.num_labels)
         # Flax derives a dropout module's RNG stream from its name; these are the names the
         # compact module gave them, so training draws the same masks as it always did.

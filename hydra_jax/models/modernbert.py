@@ -11,7 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hydra_jax.models.attention import padding_bias
+from hydra_jax.models.attention import padding_bias, wide_dot
 from hydra_jax.models.config import EncoderConfig
 from hydra_jax.models.dropout import Dropout
 from hydra_jax.models.encoder import (
@@ -76,7 +76,9 @@ class ModernBert(StagedEncoder):
         self.encoder = Encoder(e)
         self.final_norm = layer_norm(e)
         if c.num_labels:
-            self.pre_classifier = nn.Dense(e.width, use_bias=c.head_bias, dtype=compute_dtype(e))
+            self.pre_classifier = nn.Dense(
+                e.width, c.head_bias, compute_dtype(e), dot_general=wide_dot
+            )
             self.head_norm = layer_norm(e)
             self.classifier = nn.Dense(c.num_labels)
         self.embedding_drop = Dropout(c.embedding_dropout)

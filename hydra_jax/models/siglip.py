@@ -15,7 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hydra_jax.models.attention import padding_bias, wide_dtype
+from hydra_jax.models.attention import padding_bias, wide_dot, wide_dtype
 from hydra_jax.models.clip import paired_output
 from hydra_jax.models.config import EncoderConfig
 from hydra_jax.models.encoder import (
@@ -113,14 +113,16 @@ class AttentionPool(nn.Module):
         probe = self.param("probe", nn.initializers.normal(0.02), (c.width,), jnp.float32)
 
         def projection(name: str) -> nn.DenseGeneral:
-            return nn.DenseGeneral((N, K), dtype=dtype, name=name)
+            return nn.DenseGeneral((N, K), dtype=dtype, dot_general=wide_dot, name=name)
 
         q = projection("query")(probe.astype(x.dtype)) / jnp.sqrt(K).astype(x.dtype)  # [N, K]
         k, v = projection("key")(x), projection("value")(x)  # [B, T, N, K]
         scores = jnp.einsum("NK,BTNK->BNT", q, k, preferred_element_type=wide_dtype(x.dtype))
         probs = jax.nn.softmax(scores, axis=-1)  # [B, N, T]
         context = jnp.einsum("BNT,BTNK->BNK", probs.astype(v.dtype), v)  # [B, N, K]
-        h = nn.DenseGeneral(c.width, axis=(-2, -1), dtype=dtype, name="out")(context)  # [B, D]
+        h = nn.DenseGeneral(c.width, axis=(-2, -1), dtype=dtype, dot_general=wide_dot, name="out")(
+            context
+        )  # [B, D]
         return h + mlp_block(c, name="mlp")(layer_norm(c, name="norm")(h))
 
 
@@ -141,7 +143,7 @@ class SiglipText(StagedEncoder):
         self.position_embedding = nn.Embed(c.max_positions, e.width, dtype=compute_dtype(e))
         self.encoder = Encoder(e)
         self.final_norm = layer_norm(e)
-        self.projection = nn.Dense(c.projection_dim, dtype=compute_dtype(e))
+        self.projection = nn.Dense(c.projection_dim, dtype=compute_dtype(e), dot_general=wide_dot)
 
     def embed(self, input_ids: jax.Array, attention_mask: jax.Array | None = None) -> Stem:
         """`input_ids`, `attention_mask` `[B, T]`; SigLIP's tokenizer pads to a fixed length

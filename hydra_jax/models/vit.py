@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hydra_jax.models.attention import wide_dot
 from hydra_jax.models.config import EncoderConfig
 from hydra_jax.models.dropout import Dropout
 from hydra_jax.models.encoder import (
@@ -164,7 +165,7 @@ class ViT(StagedEncoder):
         self.encoder = Encoder(e)
         self.final_norm = LayerNorm(e.layer_norm_eps)
         if c.pooler:
-            self.pooler = nn.Dense(e.width, dtype=dtype)
+            self.pooler = nn.Dense(e.width, dtype=dtype, dot_general=wide_dot)
         if c.projection_dim:  # a dual encoder's vision tower
             self.projection = nn.Dense(c.projection_dim, use_bias=False)
         if c.num_labels and c.projection_dim:  # zero-shot: fixed class embeddings

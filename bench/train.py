@@ -1,9 +1,11 @@
 """Training speed: our fine-tuning step against `transformers` + PyTorch AdamW, a fused Hydra's
 step against the single model's, and `fit`'s wall time per step against the bare compiled step.
 
-CPU, fp32. Ours vs PyTorch run in separate processes taken in turns (bench/processes.py), since
-PyTorch's spinning OpenMP threads slow an XLA program in the same process; the JAX-only
-comparisons run interleaved in one process (bench/timing.py). Shapes:
+CPU, fp32, or `--dtype bfloat16` for the steps against PyTorch (ours: `hj.with_dtype`;
+PyTorch: the forward under `torch.autocast("cpu", torch.bfloat16)`). Ours vs PyTorch run in
+separate processes taken in turns (bench/processes.py), since PyTorch's spinning OpenMP threads
+slow an XLA program in the same process; the JAX-only comparisons run interleaved in one process
+(bench/timing.py). Shapes:
 
 - MiniLM-L6 (the real checkpoint) + a 2-way classifier, batch 32 x 64 tokens, dropout on,
   AdamW with global-norm clipping (the text studies' step);
@@ -11,6 +13,7 @@ comparisons run interleaved in one process (bench/timing.py). Shapes:
 - the fused MiniLM Hydra of 3 members x 4 heads per layer against the single MiniLM's step.
 
     .venv/bin/python -m bench.train [--rounds 4] [--repeats 5] [--fit-steps 20]
+        [--only text,vit,jax] [--batch 32] [--tokens 64] [--dtype float32|bfloat16]
 """
 
 from __future__ import annotations
@@ -32,7 +35,14 @@ from bench.timing import interleaved, medians
 from configs import vit_fmnist
 from hydra_jax.data import TokenizedSet
 from hydra_jax.experiments import artefacts
-from hydra_jax.training import TrainSettings, TrainState, fit, make_optimizer, make_train_step
+from hydra_jax.training import (
+    TrainSettings,
+    TrainState,
+    fit,
+    make_optimizer,
+    make_train_step,
+    schedule_length,
+)
 
 SETTINGS = TrainSettings(epochs=1.0, batch_size=32, learning_rate=5e-5)
 STEPS = 1000  # the schedule's length (its value does not change a step's cost)
@@ -77,7 +87,7 @@ def our_step(
     return call
 
 
-def torch_step(path: Path, kind: str, batch: dict[str, np.ndarray]):
+def torch_step(path: Path, kind: str, batch: dict[str, np.ndarray], dtype: str = "float32"):
     import torch
     import transformers
 
@@ -91,9 +101,13 @@ def torch_step(path: Path, kind: str, batch: dict[str, np.ndarray]):
     inputs = {k: torch.tensor(v, dtype=torch.long if v.dtype.kind == "i" else torch.float32)
               for k, v in batch.items()}  # fmt: skip
 
+    low = dtype == "bfloat16"
+
     def call() -> None:
         optimizer.zero_grad()
-        model(**inputs).loss.backward()
+        with torch.autocast("cpu", torch.bfloat16, enabled=low):
+            loss = model(**inputs).loss
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), SETTINGS.max_grad_norm)
         optimizer.step()
 
@@ -112,8 +126,9 @@ def worker(side: str, args: argparse.Namespace) -> dict[str, Any]:
             batch, path = image_batch(model.config, args.vit_batch), Path(scratch)
             hj.save_pretrained(model, path)
         if owner == "ours":
-            return {"times": time_calls(our_step(model, batch), args.repeats)}
-        call, threads = torch_step(path, kind, batch)
+            return {"times": time_calls(our_step(hj.with_dtype(model, args.dtype), batch),
+                                        args.repeats)}  # fmt: skip
+        call, threads = torch_step(path, kind, batch, args.dtype)
         return {"times": time_calls(call, args.repeats), "threads": threads}
 
 
@@ -134,28 +149,41 @@ def jax_only(args: argparse.Namespace) -> None:
         print(f"  {name:<20}{t * 1e3:>10.1f} ms")
     print(f"  fused Hydra (M={M}) / single: {times['fused Hydra step'] / times['single step']:.3f}")
 
-    # fit's own work per step (batching, dispatch, loss read-back, logging) over the bare step.
+    # fit's own work per step (batching, dispatch, loss read-back, logging) over the bare step:
+    # runs of n and 3n steps share the fixed costs (building the state, the loader's threads,
+    # the one final checkpoint), so their difference over 2n is fit's time per step.
     n = args.fit_steps
     rng = np.random.default_rng(2)
     data = TokenizedSet([rng.integers(1000, 30000, args.tokens).astype(np.int32)
                          for _ in range(n * SETTINGS.batch_size)],
                         np.arange(n * SETTINGS.batch_size) % 2)  # fmt: skip
-    settings = TrainSettings(epochs=1.0, batch_size=SETTINGS.batch_size, learning_rate=5e-5,
-                             checkpoint_every=10 * n, log_every=5)  # fmt: skip
-    step_fn = make_train_step(single, make_optimizer(settings, n))
-    walls = []
-    for _ in range(args.rounds):
-        with tempfile.TemporaryDirectory() as workdir:
-            start = time.perf_counter()
-            fit(single, data, settings, workdir, step_fn=step_fn)
-            walls.append((time.perf_counter() - start) / n)
+    runs = {}
+    for epochs in (1.0, 3.0):
+        settings = TrainSettings(epochs=epochs, batch_size=SETTINGS.batch_size, learning_rate=5e-5,
+                                 checkpoint_every=100 * n, log_every=5)  # fmt: skip
+        total = schedule_length(len(data), settings)[1]
+        runs[total] = settings, make_train_step(single, make_optimizer(settings, total))
+    walls: dict[int, list[float]] = {total: [] for total in runs}
+    for r in range(args.rounds + 1):  # round 0 compiles and warms up: not counted
+        for total, (settings, step_fn) in runs.items():
+            with tempfile.TemporaryDirectory() as workdir:
+                start = time.perf_counter()
+                fit(single, data, settings, workdir, step_fn=step_fn)
+                if r:
+                    walls[total].append(time.perf_counter() - start)
     bare = statistics.median(time_calls(our_step(single, batch), args.repeats))
+    short, long = (statistics.median(walls[total]) for total in sorted(walls))
+    per_step = (long - short) / (2 * n)
     print(
-        f"\nfit, {n} steps of batch {SETTINGS.batch_size} x {args.tokens} (one final checkpoint):"
+        f"\nfit, batch {SETTINGS.batch_size} x {args.tokens}, runs of {n} and {3 * n} steps "
+        f"(log every 5, one final checkpoint), {args.rounds} rounds:"
     )
-    print(f"  fit per step {statistics.median(walls[1:] or walls) * 1e3:.1f} ms (median of rounds "
-          f"after the first); bare step {bare * 1e3:.1f} ms; ratio "
-          f"{statistics.median(walls[1:] or walls) / bare:.3f}")  # fmt: skip
+    print(
+        f"  whole run of {n} steps: {short * 1e3:.0f} ms ({short / n * 1e3:.1f} ms per step, "
+        f"{short / n / bare:.3f} x the bare step)"
+    )
+    print(f"  fit per step (3n-step run less the n-step run, over 2n): {per_step * 1e3:.1f} ms; "
+          f"bare step {bare * 1e3:.1f} ms; ratio {per_step / bare:.3f}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -168,13 +196,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vit-batch", type=int, default=64)
     parser.add_argument("--fit-steps", type=int, default=20)
     parser.add_argument("--only", default="text,vit,jax")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     args = parser.parse_args(argv)
     if args.worker:
         print_worker(worker(args.worker, args))
         return
     forwarded = list(argv if argv is not None else sys.argv[1:])
-    print(f"training steps, CPU fp32, {args.rounds} rounds of separate processes taken in turns, "
-          f"{args.repeats} timed steps each (after 2 warm-up steps)")  # fmt: skip
+    print(f"training steps, CPU {args.dtype}, {args.rounds} rounds of separate processes taken "
+          f"in turns, {args.repeats} timed steps each (after 2 warm-up steps)")  # fmt: skip
     for kind in ("text", "vit"):
         if kind not in args.only:
             continue

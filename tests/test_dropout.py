@@ -37,11 +37,16 @@ def test_threefry_matches_jax_on_known_counters():
     np.testing.assert_array_equal(h0 ^ h1, jax.random.bits(key, (16,), jnp.uint32))
 
 
-def test_other_key_kinds_take_jax_bernoulli():
+def test_other_key_kinds_and_64_bit_mode_take_jax_bernoulli():
     key = jax.random.key(0, impl="rbg")
     np.testing.assert_array_equal(
         bernoulli(key, 0.7, (4, 33)), jax.random.bernoulli(key, 0.7, (4, 33))
     )
+    with jax.enable_x64(True):  # a float p then draws float64 uniforms: other bits
+        key = jax.random.key(5)
+        np.testing.assert_array_equal(
+            bernoulli(key, 0.7, (4, 33)), jax.random.bernoulli(key, 0.7, (4, 33))
+        )
 
 
 class _Net(nn.Module):

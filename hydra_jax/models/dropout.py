@@ -5,8 +5,8 @@ rounds of add, rotate and xor. On CPU, JAX lowers those rounds as a `while` loop
 iterations, each a pass over the whole array; written out here, XLA fuses the hash, the
 comparison and the select into the kernels that use the mask. The bits are JAX's own (its
 partitionable threefry: counter `i` for the element at flat index `i`), so a model's dropout
-masks, and every trained result, are those of `flax.linen.Dropout`; other key kinds, or the
-non-partitionable threefry, take `jax.random.bernoulli` itself.
+masks, and every trained result, are those of `flax.linen.Dropout`; other key kinds, the
+non-partitionable threefry and 64-bit mode take `jax.random.bernoulli` itself.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ def threefry2x32(key: jax.Array, x0: jax.Array, x1: jax.Array) -> tuple[jax.Arra
 
 
 def _threefry_key(key: jax.Array) -> jax.Array | None:
-    """`key`'s `[2]` uint32 data where JAX would draw its bits with the partitionable
-    threefry, else None."""
-    if not jax.config.jax_threefry_partitionable:
+    """`key`'s `[2]` uint32 data where JAX would draw a float32 uniform's bits with the
+    partitionable threefry, else None (with x64 enabled a float `p` draws float64 uniforms)."""
+    if not jax.config.jax_threefry_partitionable or jax.config.jax_enable_x64:
         return None
     if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         if str(jax.random.key_impl(key)) != "threefry2x32" or key.shape:

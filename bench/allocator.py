@@ -3,12 +3,16 @@
 XLA:CPU allocates its large buffers on every call; glibc serves allocations over 32 MiB with fresh
 mmaps, which fault in 4 KiB pages. The tunable is read once at process start, so the two settings
 run in two worker processes that take turns (random order per round) on the same programs: one
-MiniLM-L6 fine-tuning step (AdamW, dropout on) and one forward, batch 32 x 64 tokens, CPU fp32.
-A turn is `--calls` calls back to back, as in a training or evaluation loop; the first call of a
-turn (after the worker sat idle while the other ran) is reported apart from the rest. The
-Makefile exports the tunable for every target.
+fine-tuning step (AdamW, dropout on) and one forward, CPU fp32, of MiniLM-L6 (batch 32 x 64
+tokens) or, with `--model vit`, of the study ViT of `configs/vit_fmnist.py` (batch 64, as
+`bench/train.py` builds it). A turn is `--calls` calls back to back, as in a training or
+evaluation loop; the first call of a turn (after the worker sat idle while the other ran) is
+reported apart from the rest. Each line gives the median and the mean: a loop's total time is
+its mean, which a few slow calls move and the median hides. The Makefile exports the tunable for
+every target.
 
-    .venv/bin/python -m bench.allocator [--repeats 8] [--calls 5]
+    .venv/bin/python -m bench.allocator [--repeats 8] [--calls 5] [--model minilm|vit]
+        [--also TUNABLES]
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import numpy as np
 _TUNABLE = "glibc.malloc.hugetlb=1"
 
 
-def worker() -> None:
+def worker(model_name: str) -> None:
     """Answers each `NAME CALLS` line on stdin with the seconds of each of CALLS calls of NAME."""
     import jax
 
@@ -34,24 +38,31 @@ def worker() -> None:
     from hydra_jax.ensembles import baselines
     from hydra_jax.models import with_classifier
 
-    model = with_classifier(hj.from_pretrained(hj.minilm_l6_path()), 2, jax.random.key(0))
+    rng = np.random.default_rng(0)
+    if model_name == "vit":
+        from bench.train import image_batch, vit_model
+
+        model = vit_model()
+        batch = image_batch(model.config, 64)
+        inputs = {"pixel_values": batch["pixel_values"]}
+    else:
+        model = with_classifier(hj.from_pretrained(hj.minilm_l6_path()), 2, jax.random.key(0))
+        inputs = random_tokens(rng, 32, 64)
+        batch = {**inputs, "labels": rng.integers(0, 2, 32)}
     settings = training.TrainSettings()
     optimizer = training.make_optimizer(settings, 1000)
     step = training.make_train_step(model, optimizer)
     state = training.TrainState.create(model.params, optimizer)
-    rng = np.random.default_rng(0)
-    batch = random_tokens(rng, 32, 64)
-    labels = rng.integers(0, 2, 32)
     forward = jax.jit(baselines.single(model))
 
     def train_step() -> None:
         nonlocal state
-        state, _ = step(state, {**batch, "labels": labels}, jax.random.key(int(state.step)))
+        state, _ = step(state, batch, jax.random.key(int(state.step)))
         jax.block_until_ready(state)
 
     programs = {
         "train step": train_step,
-        "forward": lambda: jax.block_until_ready(forward(model.params, batch)),
+        "forward": lambda: jax.block_until_ready(forward(model.params, inputs)),
     }
     for program in programs.values():  # compile and warm up
         program()
@@ -73,17 +84,18 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--also", action="append", default=[], metavar="TUNABLES",
                         help="another GLIBC_TUNABLES setting to compare")  # fmt: skip
+    parser.add_argument("--model", choices=("minilm", "vit"), default="minilm")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker()
+        worker(args.model)
         return
     base_env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     settings = {"4 KiB pages (glibc default)": base_env,
                 "huge pages (hugetlb=1)": {**base_env, "GLIBC_TUNABLES": _TUNABLE}}  # fmt: skip
     for tunables in args.also:
         settings[tunables] = {**base_env, "GLIBC_TUNABLES": tunables}
-    command = [sys.executable, "-m", "bench.allocator", "--worker"]
+    command = [sys.executable, "-m", "bench.allocator", "--worker", "--model", args.model]
     pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     workers = {name: subprocess.Popen(command, env=env, **pipes) for name, env in settings.items()}
     for name, process in workers.items():
@@ -106,16 +118,19 @@ def main() -> None:
     for process in workers.values():
         process.stdin.close()
         process.wait()
-    print(f"MiniLM-L6, batch 32 x 64 tokens, CPU fp32, {args.repeats} interleaved rounds of "
-          f"{args.calls} calls; medians")  # fmt: skip
+    shape = "the study ViT, batch 64" if args.model == "vit" else "MiniLM-L6, batch 32 x 64 tokens"
+    print(f"{shape}, CPU fp32, {args.repeats} interleaved rounds of {args.calls} calls; "
+          "median and mean, ratios to the default's")  # fmt: skip
     default = names[0]
     for program in programs:
         for label, times in (("back to back", rest), ("first after idle", first)):
-            a = np.median(times[default, program])
+            a = times[default, program]
             for name in names:
-                b = np.median(times[name, program])
-                print(f"{program:<11}{label:<17} {name:<40} {b * 1e3:7.1f} ms   "
-                      f"ratio to default {b / a:.3f}")  # fmt: skip
+                b = times[name, program]
+                median, mean = np.median(b), np.mean(b)
+                print(f"{program:<11}{label:<17} {name:<40} median {median * 1e3:7.1f} ms "
+                      f"({median / np.median(a):.3f}), mean {mean * 1e3:7.1f} ms "
+                      f"({mean / np.mean(a):.3f}), max {np.max(b) * 1e3:7.1f} ms")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import hydra_jax as hj
-from bench import accelerator, avx2, scoring
+from bench import ab, accelerator, avx2, scoring
 from bench.attention import head_major_normalised, one_block, token_major
 from bench.ensemble import efficient_forwards
 from hydra_jax import testing
@@ -31,6 +31,13 @@ def test_accelerator_bench_runs_at_tiny_shapes(capsys):
         assert all(t > 0 for t in times.values())
     out = capsys.readouterr().out
     assert out.count("bfloat16: hydra / single") == 2
+
+
+def test_ab_bench_refuses_options_that_are_not_json_objects(capsys):
+    for bad in ("[1]", "x"):
+        with pytest.raises(SystemExit):
+            ab.main(["--options", "{}", bad])
+        assert f"JSON objects of XLA compile options, not {bad!r}" in capsys.readouterr().err
 
 
 def test_attention_bench_compares_the_same_function():

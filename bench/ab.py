@@ -1,0 +1,114 @@
+"""A change to the training step, measured: the step of two source trees, or of one tree compiled
+with different XLA options, in separate processes taken in turns (bench/processes.py).
+
+Each side's worker runs in its own process, from its tree (`--trees`: the worker starts in that
+directory with it on `PYTHONPATH`, so `hydra_jax` and `bench` are imported from it; the tree need
+not contain this file) or with its options (`--options`:
+JSON objects of XLA compile options, `{}` for the default), builds the studies' step
+(`make_train_step`: AdamW, clipping, dropout) of MiniLM-L6 + a classifier (batch 32 x 64
+tokens) or of the study ViT (batch 64), as `bench/train.py` does, and times `--repeats` calls
+after two warm-up calls. Sides alternate, reversing every round; each side's median over all
+its calls is compared with the first side's. This is how the "tried" tables of
+docs/benchmarks.md were measured.
+
+    .venv/bin/python -m bench.ab --model vit --trees /path/to/before /path/to/after
+    .venv/bin/python -m bench.ab --model minilm --options '{}' \
+        '{"xla_cpu_multi_thread_eigen": false}' [--rounds 4] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+# The worker runs this file from the tree it measures, which need not contain it: run by path
+# without putting its folder on `sys.path`, so `bench` and `hydra_jax` come from that tree.
+RUN_WORKER = (
+    "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def worker(model_name: str, options: dict[str, Any], repeats: int) -> dict[str, Any]:
+    """One side's step times (this process's tree, these compile options)."""
+    import jax
+
+    import hydra_jax as hj
+    from bench.processes import time_calls
+    from bench.train import SETTINGS, STEPS, image_batch, text_batch, vit_model
+    from hydra_jax.training import TrainState, make_optimizer, make_train_step
+
+    if model_name == "vit":
+        model = vit_model()
+        batch = image_batch(model.config, 64)
+    else:
+        model = hj.with_classifier(hj.from_pretrained(hj.minilm_l6_path()), 2, jax.random.key(1))
+        batch = text_batch(32, 64)
+    optimizer = make_optimizer(SETTINGS, STEPS)
+    state = [TrainState.create(model.params, optimizer)]
+    key = jax.random.key(0)
+    lowered = make_train_step(model, optimizer).lower(state[0], batch, key)
+    step = lowered.compile(options or None)
+
+    def call() -> None:
+        state[0], metrics = step(state[0], batch, key)
+        jax.block_until_ready(metrics["loss"])
+
+    return {"times": time_calls(call, repeats)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", choices=("minilm", "vit"), default="vit")
+    sides = parser.add_mutually_exclusive_group()
+    sides.add_argument("--trees", nargs="+", type=Path, metavar="DIR")
+    sides.add_argument("--options", nargs="+", metavar="JSON")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--worker", metavar="JSON", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker is not None:
+        print(json.dumps(worker(args.model, json.loads(args.worker), args.repeats)))
+        return
+    if not (args.trees or args.options):
+        parser.error("give the sides to compare: --trees DIR DIR ... or --options JSON JSON ...")
+    if args.trees:
+        named = {str(tree): (tree.resolve(), "{}") for tree in args.trees}
+    else:
+        named = {options: (Path.cwd(), options) for options in args.options}
+    for _, options in named.values():
+        try:
+            valid = isinstance(json.loads(options), dict)
+        except json.JSONDecodeError:
+            valid = False
+        if not valid:
+            parser.error(f"--options takes JSON objects of XLA compile options, not {options!r}")
+    times: dict[str, list[float]] = {name: [] for name in named}
+    order = list(named)
+    for r in range(args.rounds):
+        for name in order if r % 2 == 0 else order[::-1]:
+            tree, options = named[name]
+            argv = ["--model", args.model, "--repeats", str(args.repeats), "--worker", options]
+            done = subprocess.run(
+                [sys.executable, "-c", RUN_WORKER, str(Path(__file__).resolve()), *argv],
+                cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if done.returncode:
+                raise RuntimeError(f"the worker of {name} failed:\n{done.stderr[-3000:]}")
+            times[name] += json.loads(done.stdout.strip().splitlines()[-1])["times"]
+    base = statistics.median(times[order[0]])
+    print(f"{args.model} training step, {args.rounds} rounds of {args.repeats} calls per side, "
+          "separate processes in turns; median, ratio to the first side")  # fmt: skip
+    for name in order:
+        median = statistics.median(times[name])
+        print(f"  {median * 1e3:8.1f} ms  {median / base:6.3f}  {name}")
+
+
+if __name__ == "__main__":
+    main()

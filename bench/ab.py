@@ -2,14 +2,13 @@
 with different XLA options, in separate processes taken in turns (bench/processes.py).
 
 Each side's worker runs in its own process, from its tree (`--trees`: the worker starts in that
-directory with it on `PYTHONPATH`, so `hydra_jax` and `bench` are imported from it; the tree need
-not contain this file) or with its options (`--options`:
-JSON objects of XLA compile options, `{}` for the default), builds the studies' step
-(`make_train_step`: AdamW, clipping, dropout) of MiniLM-L6 + a classifier (batch 32 x 64
-tokens) or of the study ViT (batch 64), as `bench/train.py` does, and times `--repeats` calls
-after two warm-up calls. Sides alternate, reversing every round; each side's median over all
-its calls is compared with the first side's. This is how the "tried" tables of
-docs/benchmarks.md were measured.
+directory with it on `PYTHONPATH`, so `hydra_jax` and `bench` are imported from it; the tree
+need not contain this file) or with its options (`--options`: JSON objects of XLA compile
+options, `{}` for the default), builds the studies' step (`bench/train.py`'s `step_and_state`:
+AdamW, clipping, dropout) of MiniLM-L6 + a classifier (batch 32 x 64 tokens) or of the study ViT
+(batch 64), and times `--repeats` calls after two warm-up calls (`our_step`). Sides alternate,
+reversing every round; each side's median over all its calls is compared with the first side's.
+The method of the "tried" table of docs/benchmarks.md.
 
     .venv/bin/python -m bench.ab --model vit --trees /path/to/before /path/to/after
     .venv/bin/python -m bench.ab --model minilm --options '{}' \
@@ -40,8 +39,7 @@ def worker(model_name: str, options: dict[str, Any], repeats: int) -> dict[str, 
 
     import hydra_jax as hj
     from bench.processes import time_calls
-    from bench.train import SETTINGS, STEPS, image_batch, text_batch, vit_model
-    from hydra_jax.training import TrainState, make_optimizer, make_train_step
+    from bench.train import image_batch, our_step, step_and_state, text_batch, vit_model
 
     if model_name == "vit":
         model = vit_model()
@@ -49,17 +47,9 @@ def worker(model_name: str, options: dict[str, Any], repeats: int) -> dict[str, 
     else:
         model = hj.with_classifier(hj.from_pretrained(hj.minilm_l6_path()), 2, jax.random.key(1))
         batch = text_batch(32, 64)
-    optimizer = make_optimizer(SETTINGS, STEPS)
-    state = [TrainState.create(model.params, optimizer)]
-    key = jax.random.key(0)
-    lowered = make_train_step(model, optimizer).lower(state[0], batch, key)
-    step = lowered.compile(options or None)
-
-    def call() -> None:
-        state[0], metrics = step(state[0], batch, key)
-        jax.block_until_ready(metrics["loss"])
-
-    return {"times": time_calls(call, repeats)}
+    step, start = step_and_state(model)
+    compiled = step.lower(start, batch, jax.random.key(0)).compile(options or None)
+    return {"times": time_calls(our_step(model, batch, (compiled, start)), repeats)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -77,17 +67,17 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not (args.trees or args.options):
         parser.error("give the sides to compare: --trees DIR DIR ... or --options JSON JSON ...")
-    if args.trees:
-        named = {str(tree): (tree.resolve(), "{}") for tree in args.trees}
-    else:
-        named = {options: (Path.cwd(), options) for options in args.options}
-    for _, options in named.values():
+    for options in args.options or ():
         try:
             valid = isinstance(json.loads(options), dict)
         except json.JSONDecodeError:
             valid = False
         if not valid:
             parser.error(f"--options takes JSON objects of XLA compile options, not {options!r}")
+    if args.trees:
+        named = {str(tree): (tree.resolve(), "{}") for tree in args.trees}
+    else:
+        named = {options: (Path.cwd(), options) for options in args.options}
     times: dict[str, list[float]] = {name: [] for name in named}
     order = list(named)
     for r in range(args.rounds):

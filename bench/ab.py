@@ -6,11 +6,13 @@ directory with it on `PYTHONPATH`, so `hydra_jax` and `bench` are imported from 
 need not contain this file) or with its options (`--options`: JSON objects of XLA compile
 options, `{}` for the default), builds the studies' step (`bench/train.py`'s `step_and_state`:
 AdamW, clipping, dropout) of MiniLM-L6 + a classifier (batch 32 x 64 tokens) or of the study ViT
-(batch 64), and times `--repeats` calls after two warm-up calls (`our_step`). Sides alternate,
-reversing every round; each side's median over all its calls is compared with the first side's.
+(batch 64) computing in `--dtype` (`hj.with_dtype`), and times `--repeats` calls after two
+warm-up calls (`our_step`). Sides alternate, reversing every round; each side's median over all
+its calls is compared with the first side's.
 The method of the "tried" table of docs/benchmarks.md.
 
-    .venv/bin/python -m bench.ab --model vit --trees /path/to/before /path/to/after
+    .venv/bin/python -m bench.ab --model vit --trees /path/to/before /path/to/after \
+        [--dtype bfloat16]
     .venv/bin/python -m bench.ab --model minilm --options '{}' \
         '{"xla_cpu_multi_thread_eigen": false}' [--rounds 4] [--repeats 5]
 """
@@ -33,8 +35,10 @@ RUN_WORKER = (
 )
 
 
-def worker(model_name: str, options: dict[str, Any], repeats: int) -> dict[str, Any]:
-    """One side's step times (this process's tree, these compile options)."""
+def worker(
+    model_name: str, options: dict[str, Any], repeats: int, dtype: str = "float32"
+) -> dict[str, Any]:
+    """One side's step times (this process's tree, these compile options, compute dtype)."""
     import jax
 
     import hydra_jax as hj
@@ -47,6 +51,7 @@ def worker(model_name: str, options: dict[str, Any], repeats: int) -> dict[str, 
     else:
         model = hj.with_classifier(hj.from_pretrained(hj.minilm_l6_path()), 2, jax.random.key(1))
         batch = text_batch(32, 64)
+    model = hj.with_dtype(model, dtype)
     step, start = step_and_state(model)
     compiled = step.lower(start, batch, jax.random.key(0)).compile(options or None)
     return {"times": time_calls(our_step(model, batch, (compiled, start)), repeats)}
@@ -60,10 +65,11 @@ def main(argv: list[str] | None = None) -> None:
     sides.add_argument("--options", nargs="+", metavar="JSON")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--worker", metavar="JSON", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker is not None:
-        print(json.dumps(worker(args.model, json.loads(args.worker), args.repeats)))
+        print(json.dumps(worker(args.model, json.loads(args.worker), args.repeats, args.dtype)))
         return
     if not (args.trees or args.options):
         parser.error("give the sides to compare: --trees DIR DIR ... or --options JSON JSON ...")
@@ -83,7 +89,8 @@ def main(argv: list[str] | None = None) -> None:
     for r in range(args.rounds):
         for name in order if r % 2 == 0 else order[::-1]:
             tree, options = named[name]
-            argv = ["--model", args.model, "--repeats", str(args.repeats), "--worker", options]
+            argv = ["--model", args.model, "--repeats", str(args.repeats), "--dtype", args.dtype,
+                    "--worker", options]  # fmt: skip
             done = subprocess.run(
                 [sys.executable, "-c", RUN_WORKER, str(Path(__file__).resolve()), *argv],
                 cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
@@ -93,8 +100,8 @@ def main(argv: list[str] | None = None) -> None:
                 raise RuntimeError(f"the worker of {name} failed:\n{done.stderr[-3000:]}")
             times[name] += json.loads(done.stdout.strip().splitlines()[-1])["times"]
     base = statistics.median(times[order[0]])
-    print(f"{args.model} training step, {args.rounds} rounds of {args.repeats} calls per side, "
-          "separate processes in turns; median, ratio to the first side")  # fmt: skip
+    print(f"{args.model} training step, {args.dtype}, {args.rounds} rounds of {args.repeats} "
+          "calls per side, separate processes in turns; median, ratio to the first")  # fmt: skip
     for name in order:
         median = statistics.median(times[name])
         print(f"  {median * 1e3:8.1f} ms  {median / base:6.3f}  {name}")

@@ -175,3 +175,48 @@ def test_dense_products_of_bf16_accumulate_in_fp32_and_round_once():
         jax.jit(lambda a, b: wide_dot(a, b, dims))(x32, w32),
         jax.jit(lambda a, b: jax.lax.dot_general(a, b, dims))(x32, w32),
     )
+
+
+# Dense layers' products: Dense `[R, C] x [C, O]`, a q/k/v projection `[R, D] x [D, N, K]`, an
+# output projection `[R, N, K] x [N, K, D]`, its axes paired out of order, and a pruned kernel.
+NARROW_PRODUCTS = [
+    ((6, 33), (33, 7), (((1,), (0,)), ((), ()))),
+    ((6, 9), (9, 3, 5), (((1,), (0,)), ((), ()))),
+    ((6, 3, 5), (3, 5, 4), (((1, 2), (0, 1)), ((), ()))),
+    ((6, 5, 3), (3, 5, 4), (((2, 1), (0, 1)), ((), ()))),
+    ((6, 9), (9, 0, 5), (((1,), (0,)), ((), ()))),
+]
+
+
+@pytest.mark.parametrize(("lhs_shape", "rhs_shape", "dims"), NARROW_PRODUCTS)
+def test_gradients_of_bf16_dense_products_are_jaxs_up_to_the_order_of_sums(
+    lhs_shape, rhs_shape, dims
+):
+    rng = np.random.default_rng(1)
+    x, w = (jnp.asarray(rng.standard_normal(s), jnp.bfloat16) for s in (lhs_shape, rhs_shape))
+
+    def reference(a, b):  # JAX's own backward pass: float32 cotangent, float32 products
+        out = jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
+        return out.astype(jnp.bfloat16)
+
+    out, backward = jax.vjp(lambda a, b: wide_dot(a, b, dims), x, w)
+    ref, ref_backward = jax.vjp(reference, x, w)
+    np.testing.assert_array_equal(out, ref)
+    cotangent = jnp.asarray(rng.standard_normal(out.shape), jnp.bfloat16)
+    for got, want in zip(backward(cotangent), ref_backward(cotangent), strict=True):
+        assert got.dtype == want.dtype == jnp.bfloat16 and got.shape == want.shape
+        # float32 sums in another order, each rounded once to bf16: one bf16 step apart at most
+        # (a transposed or mispaired axis is off by O(1))
+        want = np.asarray(want, np.float64)
+        scale = np.abs(want) + 2.0**-16 * max(1.0, np.abs(want).max(initial=0))
+        assert np.all(np.abs(np.asarray(got, np.float64) - want) <= BF16_ULP * scale)
+
+
+def test_the_input_gradient_of_a_bf16_dense_product_multiplies_bf16_operands():
+    x = jnp.ones((8, 9), jnp.bfloat16)
+    w = jnp.ones((9, 3, 5), jnp.bfloat16)
+    dims = (((1,), (0,)), ((), ()))
+    grad = jax.grad(lambda a: wide_dot(a, w, dims).astype(jnp.float32).sum())
+    hlo = jax.jit(grad).lower(x).as_text()
+    # the cotangent [8, 3, 5] against the kernel over its outputs, in bf16, summed in float32
+    assert "tensor<8x3x5xbf16>, tensor<9x3x5xbf16>) -> tensor<8x9xf32>" in hlo, hlo

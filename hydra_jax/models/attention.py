@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
@@ -134,13 +135,79 @@ def wide_dot(
     Asked for a bfloat16 result, XLA:CPU converts both operands to float32 and multiplies in
     float32; asked for float32, it runs its bfloat16 kernels, which use the CPU's bfloat16
     instructions where it has them. Products of bfloat16 numbers are exact in float32 and
-    accumulate there either way, so the two differ only in the order of the sums."""
+    accumulate there either way, so the two differ only in the order of the sums. The backward
+    pass of a product without batch axes (every dense layer's) is `narrow_dot`'s."""
     del preferred_element_type  # the accumulation dtype is the wide one
     wide = wide_dtype(lhs.dtype)
     if lhs.dtype == wide:
         return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision)
+    (_, _), batch = dimension_numbers
+    if rhs.dtype == lhs.dtype and not any(batch):
+        return narrow_dot(lhs, rhs, dimension_numbers, precision)
     out = jax.lax.dot_general(lhs, rhs, dimension_numbers, precision, preferred_element_type=wide)
     return out.astype(lhs.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def narrow_dot(
+    lhs: jax.Array, rhs: jax.Array, dimension_numbers: tuple, precision: jax.lax.PrecisionLike
+) -> jax.Array:
+    """`wide_dot` of two operands of one narrow dtype without batch axes, whose input gradient
+    also multiplies narrow operands.
+
+    JAX's own backward pass of a product with a float32 result takes the float32 cotangent of
+    that result: the cotangent of the rounded output (narrow) is widened, and both gradients
+    multiply in float32. Here the input's gradient multiplies the narrow cotangent with the
+    narrow `rhs` into float32, rounded once to the input's dtype: the same numbers up to the
+    order of the float32 sums (products of narrow numbers are exact in float32), on the CPU's
+    bfloat16 kernels. The kernel's gradient, a product over the rows of both operands, stays in
+    float32: XLA:CPU (jaxlib 0.10) has no bfloat16 kernel for every layout it may choose for
+    it, and refuses the program at run time. Forward-mode autodiff (`jax.jvp`) does not apply."""
+    wide = wide_dtype(lhs.dtype)
+    out = jax.lax.dot_general(lhs, rhs, dimension_numbers, precision, preferred_element_type=wide)
+    return out.astype(lhs.dtype)
+
+
+def _narrow_dot_forward(
+    lhs: jax.Array, rhs: jax.Array, dimension_numbers: tuple, precision: jax.lax.PrecisionLike
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    return narrow_dot(lhs, rhs, dimension_numbers, precision), (lhs, rhs)
+
+
+def _narrow_dot_backward(
+    dimension_numbers: tuple,
+    precision: jax.lax.PrecisionLike,
+    operands: tuple[jax.Array, jax.Array],
+    cotangent: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    lhs, rhs = operands
+    wide = wide_dtype(lhs.dtype)
+    (lhs_in, rhs_in), _ = dimension_numbers  # paired contracted axes
+    lhs_out = [a for a in range(lhs.ndim) if a not in lhs_in]  # the output's leading axes
+    rhs_out = [a for a in range(rhs.ndim) if a not in rhs_in]  # its trailing axes
+    n = len(lhs_out)
+    cotangent = cotangent.astype(lhs.dtype)
+    # [lhs_out..., sorted(rhs_in)...]: each lhs axis is where its own or its partner's axis is
+    d_lhs = jax.lax.dot_general(
+        cotangent, rhs, ((tuple(range(n, cotangent.ndim)), tuple(rhs_out)), ((), ())),
+        precision, preferred_element_type=wide,
+    )  # fmt: skip
+    partner = dict(zip(lhs_in, rhs_in, strict=True))
+    at = [lhs_out.index(a) if a in lhs_out else n + sorted(rhs_in).index(partner[a])
+          for a in range(lhs.ndim)]  # fmt: skip
+    d_lhs = d_lhs.transpose(at).astype(lhs.dtype)
+    # [sorted(lhs_in)..., rhs_out...], in float32
+    d_rhs = jax.lax.dot_general(
+        lhs.astype(wide), cotangent.astype(wide), ((tuple(lhs_out), tuple(range(n))), ((), ())),
+        precision,
+    )  # fmt: skip
+    partner = dict(zip(rhs_in, lhs_in, strict=True))
+    at = [len(lhs_in) + rhs_out.index(a) if a in rhs_out else sorted(lhs_in).index(partner[a])
+          for a in range(rhs.ndim)]  # fmt: skip
+    return d_lhs, d_rhs.transpose(at).astype(rhs.dtype)
+
+
+narrow_dot.defvjp(_narrow_dot_forward, _narrow_dot_backward)
 
 
 def as_rows(x: jax.Array, features: int = 1) -> jax.Array:

@@ -1,8 +1,9 @@
 """Where a jitted forward or training step spends its time on this CPU: MiniLM-L6 (batch 32 x 64
 tokens), the Fashion-MNIST ViT of `configs/vit_fmnist.py` (256 images, random weights; 64 for a
 step) or a random DINOv2-S (8 images of 224 px, 257 tokens; built with `transformers`, as
-`bench/forward.py` does), fp32. `--step` profiles `bench/train.py`'s training step instead
-(value and gradient with dropout, clipping, AdamW) and lists its costliest fusions.
+`bench/forward.py` does), fp32 or `--dtype bfloat16` (`hj.with_dtype`). `--step` profiles
+`bench/train.py`'s training step instead (value and gradient with dropout, clipping, AdamW) and
+lists its costliest fusions.
 
 Traces a few calls with `jax.profiler`, reads the trace (`jax.profiler.ProfileData`), and sums
 each executed XLA fusion's time by what its fused computation contains: matrix products alone,
@@ -16,7 +17,7 @@ CPU to see whether a gap to PyTorch comes from the matmul kernels (XLA's) or fro
 XLA:CPU's matrix-product kernels record an event on the thread that dispatches them only, so
 the times are of traced work: a product both threads compute counts once.
 
-    .venv/bin/python -m bench.profile [--calls 5] [--model vit|dinov2] [--step]
+    .venv/bin/python -m bench.profile [--calls 5] [--model vit|dinov2] [--step] [--dtype bfloat16]
 """
 
 from __future__ import annotations
@@ -130,6 +131,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--model", choices=("minilm", "vit", "dinov2"), default="minilm")
     parser.add_argument("--step", action="store_true", help="the training step, not the forward")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     args = parser.parse_args()
     if args.calls < 1:
         parser.error(f"--calls must be at least 1, got {args.calls}")
@@ -150,6 +152,7 @@ def main() -> None:
         size, images = model.config.image_size, 64 if args.step else 256
         pixels = rng.standard_normal((images, model.config.num_channels, size, size))
         batch, what = {"pixel_values": pixels.astype(np.float32)}, f"ViT forward, {images} images"
+    model = hj.with_dtype(model, args.dtype)
     if args.step:
         batch["labels"] = np.arange(len(next(iter(batch.values())))) % model.config.num_labels
         call, compiled = training_step(model, batch)
@@ -182,12 +185,12 @@ def main() -> None:
                     fusions[name] += event.duration_ns / 1e6 / args.calls
                 elif re.fullmatch(r"[a-z_\-]+\.\d+", name) and not name.startswith("end"):
                     ms["unfused ops"] += event.duration_ns / 1e6 / args.calls
-    report(f"{what}, CPU fp32, XLA ops (summed over threads)", ms)
+    report(f"{what}, CPU {args.dtype}, XLA ops (summed over threads)", ms)
     if args.step:
         print("costliest fusions (ms per call: what they compute):")
         for name, t in fusions.most_common(8):
             print(f"  {name:<32}{t:>8.2f}  {category(ops[name])}: {dict(ops[name].most_common(6))}")
-    if args.model == "minilm" and not args.step:
+    if args.model == "minilm" and not args.step and args.dtype == "float32":
         torch_ms, threads = torch_profile(batch, args.calls)
         report(f"{what}, CPU fp32, transformers (torch, {threads} threads) aten ops", torch_ms)
 

@@ -3,6 +3,9 @@ losses; bf16 outputs within a stated tolerance of fp32 for BERT, ViT and the fus
 
 from __future__ import annotations
 
+import math
+
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +17,7 @@ import hydra_jax as hj
 from hydra_jax import testing
 from hydra_jax.heads import his_and_entropy
 from hydra_jax.models import BertConfig, with_classifier, with_dtype
-from hydra_jax.models.attention import wide_dot
+from hydra_jax.models.dense import Dense, lecun_normal, wide_dot
 from hydra_jax.training import TrainSettings, TrainState, make_optimizer, make_train_step
 
 # bf16 keeps 8 significant bits (relative rounding 2^-9 = 0.2%); after a few layers of matmuls
@@ -220,3 +223,47 @@ def test_the_input_gradient_of_a_bf16_dense_product_multiplies_bf16_operands():
     hlo = jax.jit(grad).lower(x).as_text()
     # the cotangent [8, 3, 5] against the kernel over its outputs, in bf16, summed in float32
     assert "tensor<8x3x5xbf16>, tensor<9x3x5xbf16>) -> tensor<8x9xf32>" in hlo, hlo
+
+
+# Flax's layer each `Dense` stands for: Dense `[R, C] -> [R, O]`, a q/k/v projection to (N, K)
+# heads, an output projection over (N, K), a layer pruned to no heads (Flax's initialiser
+# divides by its zero fan-out: ours gives zeros).
+FLAX_LAYERS = [
+    ((6, 33), dict(features=7), nn.Dense(7)),
+    ((6, 9), dict(features=(3, 5)), nn.DenseGeneral((3, 5))),
+    ((6, 3, 5), dict(features=4, axis=(-2, -1)), nn.DenseGeneral(4, axis=(-2, -1))),
+    ((6, 9), dict(features=(0, 5)), nn.DenseGeneral((0, 5), kernel_init=lecun_normal)),
+]
+
+
+@pytest.mark.parametrize(("shape", "ours", "flax_layer"), FLAX_LAYERS)
+def test_dense_is_flaxs_layer_in_float32_and_rounds_once_in_bf16(shape, ours, flax_layer):
+    x = jnp.asarray(np.random.default_rng(2).standard_normal(shape), jnp.float32)
+    layer = Dense(**ours)
+    params = layer.init(jax.random.key(4), x)
+    flax_params = flax_layer.init(jax.random.key(4), x)
+    jax.tree.map(np.testing.assert_array_equal, params, flax_params)  # names, shapes, values
+    if "bias" in params["params"]:  # a nonzero bias, to see where it is added
+        params["params"]["bias"] = jnp.linspace(-3, 3, params["params"]["bias"].size).reshape(
+            params["params"]["bias"].shape
+        )
+    np.testing.assert_array_equal(layer.apply(params, x), flax_layer.apply(params, x))
+    low = Dense(**ours, dtype=jnp.bfloat16).apply(params, x)
+    assert low.dtype == jnp.bfloat16
+    # the float32 product of the bf16 operands plus the float32 bias, rounded once: within half
+    # a bf16 step (2^-8 of the value) of the exact value, plus the float32 sum's own error in
+    # any summation order (C + 1 float32 steps of the sum of |terms|)
+    R, C = x.shape[0], math.prod(x.shape[1:])
+    x64 = np.asarray(x.astype(jnp.bfloat16), np.float64).reshape(R, C)
+    kernel64 = np.asarray(params["params"]["kernel"].astype(jnp.bfloat16), np.float64)
+    kernel64 = kernel64.reshape(C, -1)
+    bias64 = np.asarray(params["params"].get("bias", np.zeros(1)), np.float64).reshape(-1)
+    exact = x64 @ kernel64 + bias64
+    sum_error = (C + 1) * 2.0**-24 * (np.abs(x64) @ np.abs(kernel64) + np.abs(bias64))
+    bound = (BF16_ULP * np.abs(exact) + (1 + BF16_ULP) * sum_error).reshape(low.shape)
+    exact = exact.reshape(low.shape)
+    assert np.all(np.abs(np.asarray(low, np.float64) - exact) <= bound)
+    # Flax's layer rounds the product, adds the rounded bias and rounds again: off by more
+    if low.size:
+        flax_low = flax_layer.clone(dtype=jnp.bfloat16).apply(params, x)
+        assert np.any(np.abs(np.asarray(flax_low, np.float64) - exact) > bound)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
-import math
 from collections.abc import Callable
 
 import flax.linen as nn
@@ -13,13 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from hydra_jax.models.config import RelativeAttention
+from hydra_jax.models.dense import Dense, as_rows, wide_dtype
 from hydra_jax.models.dropout import Dropout
-
-
-def wide_dtype(dtype: jnp.dtype) -> jnp.dtype:
-    """float32 (float64 stays float64, for checks): the dtype of softmax, LayerNorm statistics,
-    logits and embeddings, whatever the compute dtype."""
-    return jnp.dtype(jnp.float64 if dtype == jnp.float64 else jnp.float32)
 
 
 def padding_bias(
@@ -121,114 +114,6 @@ def rows(term: jax.Array, start: int, stop: int) -> jax.Array:
     return term if term.shape[2] == 1 else term[:, :, start:stop]
 
 
-def wide_dot(
-    lhs: jax.Array,
-    rhs: jax.Array,
-    dimension_numbers: tuple,
-    precision: jax.lax.PrecisionLike = None,
-    preferred_element_type: jnp.dtype | None = None,
-) -> jax.Array:
-    """`jax.lax.dot_general` for dense layers (Flax's `dot_general=`): float32 and float64
-    operands multiply as they are; narrower ones (bfloat16) accumulate in float32 and are
-    rounded to their dtype once, at the end.
-
-    Asked for a bfloat16 result, XLA:CPU converts both operands to float32 and multiplies in
-    float32; asked for float32, it runs its bfloat16 kernels, which use the CPU's bfloat16
-    instructions where it has them. Products of bfloat16 numbers are exact in float32 and
-    accumulate there either way, so the two differ only in the order of the sums. The backward
-    pass of a product without batch axes (every dense layer's) is `narrow_dot`'s."""
-    del preferred_element_type  # the accumulation dtype is the wide one
-    wide = wide_dtype(lhs.dtype)
-    if lhs.dtype == wide:
-        return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision)
-    (_, _), batch = dimension_numbers
-    if rhs.dtype == lhs.dtype and not any(batch):
-        return narrow_dot(lhs, rhs, dimension_numbers, precision)
-    out = jax.lax.dot_general(lhs, rhs, dimension_numbers, precision, preferred_element_type=wide)
-    return out.astype(lhs.dtype)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def narrow_dot(
-    lhs: jax.Array, rhs: jax.Array, dimension_numbers: tuple, precision: jax.lax.PrecisionLike
-) -> jax.Array:
-    """`wide_dot` of two operands of one narrow dtype without batch axes, whose input gradient
-    also multiplies narrow operands.
-
-    JAX's own backward pass of a product with a float32 result takes the float32 cotangent of
-    that result: the cotangent of the rounded output (narrow) is widened, and both gradients
-    multiply in float32. Here the input's gradient multiplies the narrow cotangent with the
-    narrow `rhs` into float32, rounded once to the input's dtype: the same numbers up to the
-    order of the float32 sums (products of narrow numbers are exact in float32), on the CPU's
-    bfloat16 kernels. The kernel's gradient, a product over the rows of both operands, stays in
-    float32: XLA:CPU (jaxlib 0.10) has no bfloat16 kernel for every layout it may choose for
-    it, and refuses the program at run time. Forward-mode autodiff (`jax.jvp`) does not apply."""
-    wide = wide_dtype(lhs.dtype)
-    out = jax.lax.dot_general(lhs, rhs, dimension_numbers, precision, preferred_element_type=wide)
-    return out.astype(lhs.dtype)
-
-
-def _narrow_dot_forward(
-    lhs: jax.Array, rhs: jax.Array, dimension_numbers: tuple, precision: jax.lax.PrecisionLike
-) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    return narrow_dot(lhs, rhs, dimension_numbers, precision), (lhs, rhs)
-
-
-def _narrow_dot_backward(
-    dimension_numbers: tuple,
-    precision: jax.lax.PrecisionLike,
-    operands: tuple[jax.Array, jax.Array],
-    cotangent: jax.Array,
-) -> tuple[jax.Array, jax.Array]:
-    lhs, rhs = operands
-    wide = wide_dtype(lhs.dtype)
-    (lhs_in, rhs_in), _ = dimension_numbers  # paired contracted axes
-    lhs_out = [a for a in range(lhs.ndim) if a not in lhs_in]  # the output's leading axes
-    rhs_out = [a for a in range(rhs.ndim) if a not in rhs_in]  # its trailing axes
-    n = len(lhs_out)
-    cotangent = cotangent.astype(lhs.dtype)
-    # [lhs_out..., sorted(rhs_in)...]: each lhs axis is where its own or its partner's axis is
-    d_lhs = jax.lax.dot_general(
-        cotangent, rhs, ((tuple(range(n, cotangent.ndim)), tuple(rhs_out)), ((), ())),
-        precision, preferred_element_type=wide,
-    )  # fmt: skip
-    partner = dict(zip(lhs_in, rhs_in, strict=True))
-    at = [lhs_out.index(a) if a in lhs_out else n + sorted(rhs_in).index(partner[a])
-          for a in range(lhs.ndim)]  # fmt: skip
-    d_lhs = d_lhs.transpose(at).astype(lhs.dtype)
-    # [sorted(lhs_in)..., rhs_out...], in float32
-    d_rhs = jax.lax.dot_general(
-        lhs.astype(wide), cotangent.astype(wide), ((tuple(lhs_out), tuple(range(n))), ((), ())),
-        precision,
-    )  # fmt: skip
-    partner = dict(zip(rhs_in, lhs_in, strict=True))
-    at = [len(lhs_in) + rhs_out.index(a) if a in rhs_out else sorted(lhs_in).index(partner[a])
-          for a in range(rhs.ndim)]  # fmt: skip
-    return d_lhs, d_rhs.transpose(at).astype(rhs.dtype)
-
-
-narrow_dot.defvjp(_narrow_dot_forward, _narrow_dot_backward)
-
-
-def as_rows(x: jax.Array, features: int = 1) -> jax.Array:
-    """`x` `[..., F...]` as a matrix of rows `[R, F...]` (`features` trailing axes kept).
-
-    Dense layers take their inputs as rows: autodiff then writes a kernel's gradient as one
-    product contracting the row axis, `[R, in]^T x [R, out]`. Over `[B, T, in]` it contracts
-    two axes, and XLA:CPU first copies the cotangent into a transposed layout (with the
-    element-wise work that produced it fused into that strided copy). The forward product is
-    the same either way."""
-    lead, kept = x.shape[: x.ndim - features], x.shape[x.ndim - features :]
-    return x.reshape(math.prod(lead), *kept)  # explicit: a pruned layer's kept axes may be 0
-
-
-def _kernel_init(key: jax.Array, shape: tuple[int, ...], dtype: jnp.dtype) -> jax.Array:
-    # A pruned layer may have zero heads: a zero-size kernel, where fan-in scaling divides by 0.
-    if 0 in shape:
-        return jnp.zeros(shape, dtype)
-    return nn.initializers.lecun_normal()(key, shape, dtype)
-
-
 class Attention(nn.Module):
     """Self-attention whose per-head context is scaled by `head_mask` before the output projection.
 
@@ -283,12 +168,8 @@ class Attention(nn.Module):
         """
         N, K = self.num_heads, self.head_dim
 
-        def projection(name: str) -> nn.DenseGeneral:
-            init, dtype = _kernel_init, self.dtype
-            return nn.DenseGeneral(
-                (N, K), use_bias=self.qkv_bias, kernel_init=init, dtype=dtype,
-                dot_general=wide_dot, name=name,
-            )  # fmt: skip
+        def projection(name: str) -> Dense:
+            return Dense((N, K), use_bias=self.qkv_bias, dtype=self.dtype, name=name)
 
         # Head-major [B, N, T, K] operands make both attention products plain batched matmuls,
         # and scaling q (not the [B, N, T, S] scores) keeps XLA:CPU from materialising the scale
@@ -324,14 +205,8 @@ class Attention(nn.Module):
         context = context.astype(v.dtype).transpose(0, 2, 1, 3)  # [B, T, N, K]
         if head_mask is not None:
             context = context * head_mask.astype(v.dtype)[None, None, :, None]
-        out = nn.DenseGeneral(
-            self.width,
-            axis=(-2, -1),
-            use_bias=self.out_bias,
-            kernel_init=_kernel_init,
-            dtype=self.dtype,
-            dot_general=wide_dot,
-            name="out",
+        out = Dense(
+            self.width, axis=(-2, -1), use_bias=self.out_bias, dtype=self.dtype, name="out"
         )(as_rows(context, 2)).reshape(B, T, self.width)  # [B, T, D]
         return out, probs
 

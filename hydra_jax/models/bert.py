@@ -12,8 +12,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hydra_jax.models.attention import padding_bias, wide_dot
+from hydra_jax.models.attention import padding_bias
 from hydra_jax.models.config import EncoderConfig
+from hydra_jax.models.dense import wide_dot
 from hydra_jax.models.dropout import Dropout
 from hydra_jax.models.encoder import (
     ACTIVATIONS,

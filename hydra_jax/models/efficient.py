@@ -35,6 +35,7 @@ import jax.numpy as jnp
 from flax import traverse_util
 
 from hydra_jax import checks
+from hydra_jax.models import dense
 from hydra_jax.models.architectures import (
     CLASSIFIER_PARAMS,
     MemberConfig,
@@ -119,13 +120,13 @@ class Dense:
 
 def _is_dense(context: Any) -> bool:
     return context.method_name == "__call__" and isinstance(
-        context.module, nn.Dense | nn.DenseGeneral
+        context.module, dense.Dense | nn.Dense | nn.DenseGeneral
     )
 
 
 @functools.cache
 def dense_layers(config: MemberConfig) -> dict[str, Dense]:
-    """Every dense layer of `config`'s model (`nn.Dense`, `nn.DenseGeneral`), by module path
+    """Every dense layer of `config`'s model (ours, `nn.Dense`, `nn.DenseGeneral`), by module path
     (`encoder/layer_0/attention/query`), found by tracing its initialisation abstractly."""
     found: dict[str, Dense] = {}
 

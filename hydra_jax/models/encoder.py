@@ -10,8 +10,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hydra_jax.models.attention import Attention, as_rows, wide_dot, wide_dtype, window_bias
+from hydra_jax.models.attention import Attention, window_bias
 from hydra_jax.models.config import EncoderConfig
+from hydra_jax.models.dense import Dense, as_rows, wide_dtype
 from hydra_jax.models.dropout import Dropout
 from hydra_jax.models.outputs import ModelOutput, Stem
 
@@ -97,13 +98,13 @@ class Mlp(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         """`x` `[..., D]` -> `[..., D]`, the rows run as one `[R, D]` matrix (`as_rows`)."""
         F = self.mlp_dim * (2 if self.gated else 1)
-        h = nn.Dense(F, self.use_bias, self.dtype, dot_general=wide_dot, name="fc1")(as_rows(x))
+        h = Dense(F, use_bias=self.use_bias, dtype=self.dtype, name="fc1")(as_rows(x))
         if self.gated:
             h, gate = jnp.split(h, 2, axis=-1)  # [R, F] each
             h = ACTIVATIONS[self.activation](h) * gate
         else:
             h = ACTIVATIONS[self.activation](h)  # [R, F]
-        out = nn.Dense(self.width, self.use_bias, self.dtype, dot_general=wide_dot, name="fc2")(h)
+        out = Dense(self.width, use_bias=self.use_bias, dtype=self.dtype, name="fc2")(h)
         return out.reshape(*x.shape[:-1], self.width)
 
 

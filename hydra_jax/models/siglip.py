@@ -15,9 +15,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hydra_jax.models.attention import padding_bias, wide_dot, wide_dtype
+from hydra_jax.models.attention import padding_bias
 from hydra_jax.models.clip import paired_output
 from hydra_jax.models.config import EncoderConfig
+from hydra_jax.models.dense import wide_dot, wide_dtype
 from hydra_jax.models.encoder import (
     Encoder,
     HeadMask,

@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hydra_jax.models.attention import wide_dot
 from hydra_jax.models.config import EncoderConfig
+from hydra_jax.models.dense import wide_dot
 from hydra_jax.models.dropout import Dropout
 from hydra_jax.models.encoder import (
     ACTIVATIONS,

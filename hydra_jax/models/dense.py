@@ -174,7 +174,7 @@ class Dense(nn.Module):
             if self.use_bias
             else None
         )
-        dtype = jnp.dtype(self.dtype or jnp.result_type(x, kernel))
+        dtype = jnp.dtype(jnp.result_type(x, kernel) if self.dtype is None else self.dtype)
         x, kernel = x.astype(dtype), kernel.astype(dtype)
         dims = ((tuple(range(x.ndim - n, x.ndim)), tuple(range(n))), ((), ()))
         lead = (1,) * (x.ndim - n)  # the bias broadcast over the rows, explicitly

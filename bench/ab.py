@@ -1,20 +1,22 @@
-"""A change to the training step, measured: the step of two source trees, or of one tree compiled
-with different XLA options, in separate processes taken in turns (bench/processes.py).
+"""A change to the training step, measured: the step of two source trees, of one tree compiled
+with different XLA options, or of one tree in two compute dtypes, in separate processes taken in
+turns (bench/processes.py).
 
 Each side's worker runs in its own process, from its tree (`--trees`: the worker starts in that
 directory with it on `PYTHONPATH`, so `hydra_jax` and `bench` are imported from it; the tree
-need not contain this file) or with its options (`--options`: JSON objects of XLA compile
-options, `{}` for the default), builds the studies' step (`bench/train.py`'s `step_and_state`:
-AdamW, clipping, dropout) of MiniLM-L6 + a classifier (batch 32 x 64 tokens) or of the study ViT
-(batch 64) computing in `--dtype` (`hj.with_dtype`), and times `--repeats` calls after two
-warm-up calls (`our_step`). Sides alternate, reversing every round; each side's median over all
-its calls is compared with the first side's.
-The method of the "tried" table of docs/benchmarks.md.
+need not contain this file), with its options (`--options`: JSON objects of XLA compile
+options, `{}` for the default) or in its dtype (`--dtypes`; otherwise every side computes in
+`--dtype`), builds the studies' step (`bench/train.py`'s `step_and_state`: AdamW, clipping,
+dropout) of MiniLM-L6 + a classifier (batch 32 x 64 tokens) or of the study ViT (batch 64)
+computing in that dtype (`hj.with_dtype`), and times `--repeats` calls after two warm-up calls
+(`our_step`). Sides alternate, reversing every round; each side's median over all its calls is
+compared with the first side's. The method of the "tried" table of docs/benchmarks.md.
 
     .venv/bin/python -m bench.ab --model vit --trees /path/to/before /path/to/after \
         [--dtype bfloat16]
     .venv/bin/python -m bench.ab --model minilm --options '{}' \
         '{"xla_cpu_multi_thread_eigen": false}' [--rounds 4] [--repeats 5]
+    .venv/bin/python -m bench.ab --model vit --dtypes float32 bfloat16
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from typing import Any
 RUN_WORKER = (
     "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 )
+
+
+DTYPES = ("float32", "bfloat16")
 
 
 def worker(
@@ -63,16 +68,20 @@ def main(argv: list[str] | None = None) -> None:
     sides = parser.add_mutually_exclusive_group()
     sides.add_argument("--trees", nargs="+", type=Path, metavar="DIR")
     sides.add_argument("--options", nargs="+", metavar="JSON")
+    sides.add_argument("--dtypes", nargs="+", choices=DTYPES)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32")
     parser.add_argument("--worker", metavar="JSON", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker is not None:
         print(json.dumps(worker(args.model, json.loads(args.worker), args.repeats, args.dtype)))
         return
-    if not (args.trees or args.options):
-        parser.error("give the sides to compare: --trees DIR DIR ... or --options JSON JSON ...")
+    if not (args.trees or args.options or args.dtypes):
+        parser.error(
+            "give the sides to compare: --trees DIR DIR ..., --options JSON JSON ... or "
+            "--dtypes DTYPE DTYPE ..."
+        )
     for options in args.options or ():
         try:
             valid = isinstance(json.loads(options), dict)
@@ -81,15 +90,17 @@ def main(argv: list[str] | None = None) -> None:
         if not valid:
             parser.error(f"--options takes JSON objects of XLA compile options, not {options!r}")
     if args.trees:
-        named = {str(tree): (tree.resolve(), "{}") for tree in args.trees}
+        named = {str(tree): (tree.resolve(), "{}", args.dtype) for tree in args.trees}
+    elif args.options:
+        named = {options: (Path.cwd(), options, args.dtype) for options in args.options}
     else:
-        named = {options: (Path.cwd(), options) for options in args.options}
+        named = {dtype: (Path.cwd(), "{}", dtype) for dtype in args.dtypes}
     times: dict[str, list[float]] = {name: [] for name in named}
     order = list(named)
     for r in range(args.rounds):
         for name in order if r % 2 == 0 else order[::-1]:
-            tree, options = named[name]
-            argv = ["--model", args.model, "--repeats", str(args.repeats), "--dtype", args.dtype,
+            tree, options, dtype = named[name]
+            argv = ["--model", args.model, "--repeats", str(args.repeats), "--dtype", dtype,
                     "--worker", options]  # fmt: skip
             done = subprocess.run(
                 [sys.executable, "-c", RUN_WORKER, str(Path(__file__).resolve()), *argv],
@@ -100,7 +111,8 @@ def main(argv: list[str] | None = None) -> None:
                 raise RuntimeError(f"the worker of {name} failed:\n{done.stderr[-3000:]}")
             times[name] += json.loads(done.stdout.strip().splitlines()[-1])["times"]
     base = statistics.median(times[order[0]])
-    print(f"{args.model} training step, {args.dtype}, {args.rounds} rounds of {args.repeats} "
+    dtypes = ", ".join(args.dtypes or [args.dtype])
+    print(f"{args.model} training step, {dtypes}, {args.rounds} rounds of {args.repeats} "
           "calls per side, separate processes in turns; median, ratio to the first")  # fmt: skip
     for name in order:
         median = statistics.median(times[name])

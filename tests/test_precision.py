@@ -15,6 +15,7 @@ from test_hydra import sharpened
 
 import hydra_jax as hj
 from hydra_jax import testing
+from hydra_jax.ensembles.efficient import batch_ensemble, lora_ensemble
 from hydra_jax.heads import his_and_entropy
 from hydra_jax.models import BertConfig, with_classifier, with_dtype
 from hydra_jax.models.dense import Dense, lecun_normal, wide_dot
@@ -137,6 +138,37 @@ def test_bf16_training_step_keeps_fp32_master_weights(bert):
     delta32, delta16 = update(p32), update(p16)
     cosine = delta32 @ delta16 / np.linalg.norm(delta32) / np.linalg.norm(delta16)
     assert cosine > 0.9, cosine
+
+
+def test_bf16_gradients_of_the_efficient_kinds_follow_fp32(vit):
+    """BatchEnsemble and LoRA-Ensemble intercept every dense layer; in bf16 their gradients go
+    through the layers' own backward pass (`narrow_dot`) and still point where fp32's do."""
+    model, batch = vit
+    labels, inputs = batch["labels"], {k: v for k, v in batch.items() if k != "labels"}
+    for ensemble in (batch_ensemble(model, 2, jax.random.key(5)),
+                     lora_ensemble(model, 2, jax.random.key(6), rank=2)):  # fmt: skip
+        grads = {}
+        for dtype in ("float32", "bfloat16"):
+            m = with_dtype(ensemble, dtype)
+
+            def loss(params, m=m):
+                logits = m.apply(params, **inputs).logits  # [B, M, C]
+                labels_m = jnp.broadcast_to(labels[:, None], logits.shape[:2])
+                return optax.softmax_cross_entropy_with_integer_labels(logits, labels_m).mean()
+
+            grads[dtype] = jax.jit(jax.grad(loss))(m.params)
+        # the encoder's dense layers are adapted (intercepted), and their adapters train in bf16
+        # where they do in fp32 (LoRA's first factors start with no gradient: B = 0)
+        trains = {
+            dtype: [bool(np.any(g != 0)) for g in
+                    jax.tree.leaves(grads[dtype]["members"]["adapters"]["encoder"])]
+            for dtype in grads
+        }  # fmt: skip
+        assert any(trains["float32"]) and trains["bfloat16"] == trains["float32"]
+        g32, g16 = (np.concatenate([np.ravel(g) for g in jax.tree.leaves(grads[d])])
+                    for d in ("float32", "bfloat16"))  # fmt: skip
+        assert np.all(np.isfinite(g16))
+        assert g32 @ g16 / np.linalg.norm(g32) / np.linalg.norm(g16) > 0.99
 
 
 def test_bf16_head_scores_rank_heads_as_fp32(bert):

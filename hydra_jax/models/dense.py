@@ -177,11 +177,10 @@ class Dense(nn.Module):
         dtype = jnp.dtype(jnp.result_type(x, kernel) if self.dtype is None else self.dtype)
         x, kernel = x.astype(dtype), kernel.astype(dtype)
         dims = ((tuple(range(x.ndim - n, x.ndim)), tuple(range(n))), ((), ()))
-        lead = (1,) * (x.ndim - n)  # the bias broadcast over the rows, explicitly
         if dtype == wide_dtype(dtype):
             y = jax.lax.dot_general(x, kernel, dims)
-            return y if bias is None else y + bias.astype(dtype).reshape(*lead, *features)
-        y = narrow_dot(x, kernel, dims, None)  # float32
-        if bias is not None:
-            y = y + bias.astype(y.dtype).reshape(*lead, *features)
+        else:
+            y = narrow_dot(x, kernel, dims, None)  # float32, rounded once below
+        if bias is not None:  # broadcast over the rows, explicitly
+            y = y + bias.astype(y.dtype).reshape(*(1,) * (x.ndim - n), *features)
         return y.astype(dtype)

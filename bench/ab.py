@@ -48,6 +48,8 @@ def worker(
 
     import hydra_jax as hj
     from bench.processes import time_calls
+
+    # Only names every measured tree's bench/train.py has: the trees may be older than this file.
     from bench.train import image_batch, our_step, step_and_state, text_batch, vit_model
 
     if model_name == "vit":

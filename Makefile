@@ -12,15 +12,17 @@ SOURCE := $(DATA)/downloads/vaderSentiment-3.3.2.tar.gz
 # Debian package dataset-fashion-mnist unpacked without root.
 WHEELS := $(DATA)/downloads/.image_wheels
 FASHION_MNIST := $(DATA)/downloads/debian/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz
-# XLA:CPU allocates large buffers on every call; glibc serves them with fresh mmaps that fault in
-# 4 KiB pages. Transparent huge pages for malloc cut that cost for a training loop
-# (`python -m bench.allocator` measures it; docs/benchmarks.md).
-export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 # The studies run as several processes (train.py, evaluate.py per stage) that compile many of the
 # same XLA programs; JAX's persistent compilation cache lets each later process load them instead
 # of compiling again (docs/getting-started.md). Results are unchanged: a program's key is its
 # HLO, options and JAX version. Only the study targets use it, not the tests.
 STUDIES := smoke baselines prune hydra demo demo-seeds vision zero-shot
+# XLA:CPU allocates large buffers on every call; glibc serves them with fresh mmaps that fault in
+# 4 KiB pages. Transparent huge pages for malloc cut that cost for a training loop on the AMD
+# EPYCs measured (`python -m bench.allocator`; docs/benchmarks.md, "Huge pages"). The tests,
+# whose time is compilation, keep glibc's default: huge pages did not make the suite faster on
+# a Zen 4, and on a Xeon they stall some calls for seconds.
+$(STUDIES): export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 $(STUDIES): export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/runs/.jax_cache
 $(STUDIES): export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0
 $(STUDIES): export JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES ?= 0

@@ -9,7 +9,7 @@ tokens) or, with `--model vit`, of the study ViT of `configs/vit_fmnist.py` (bat
 evaluation loop; the first call of a turn (after the worker sat idle while the other ran) is
 reported apart from the rest. Each line gives the median and the mean: a loop's total time is
 its mean, which a few slow calls move and the median hides. The Makefile exports the tunable for
-every target.
+the study targets.
 
     .venv/bin/python -m bench.allocator [--repeats 8] [--calls 5] [--model minilm|vit]
         [--also TUNABLES]

@@ -8,8 +8,10 @@ tokens) or, with `--model vit`, of the study ViT of `configs/vit_fmnist.py` (bat
 `bench/train.py` builds it). A turn is `--calls` calls back to back, as in a training or
 evaluation loop; the first call of a turn (after the worker sat idle while the other ran) is
 reported apart from the rest. Each line gives the median and the mean: a loop's total time is
-its mean, which a few slow calls move and the median hides. The Makefile exports the tunable for
-the study targets.
+its mean, which a few slow calls move and the median hides; the back-to-back lines also give the
+minor page faults per call (`getrusage`), which count the pages the kernel mapped and zeroed
+afresh, and the first line the training step's temporary buffers (XLA's `memory_analysis`),
+which XLA:CPU allocates on every call. The Makefile exports the tunable for the study targets.
 
     .venv/bin/python -m bench.allocator [--repeats 8] [--calls 5] [--model minilm|vit]
         [--also TUNABLES]
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -67,15 +70,19 @@ def worker(model_name: str) -> None:
     for program in programs.values():  # compile and warm up
         program()
         program()
-    print("ready", flush=True)
+    temporary = step.lower(state, batch, jax.random.key(0)).compile().memory_analysis()
+    print("ready", temporary.temp_size_in_bytes, flush=True)
     for line in sys.stdin:
         name, calls = line.rsplit(maxsplit=1)
-        seconds = []
-        for _ in range(int(calls)):
+        seconds, faults = [], 0
+        for i in range(int(calls)):
+            if i == 1:  # the faults of the calls back to back
+                faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             start = time.perf_counter()
             programs[name]()
             seconds.append(time.perf_counter() - start)
-        print(" ".join(map(str, seconds)), flush=True)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+        print(" ".join(map(str, seconds)), faults, flush=True)
 
 
 def main() -> None:
@@ -98,13 +105,17 @@ def main() -> None:
     command = [sys.executable, "-m", "bench.allocator", "--worker", "--model", args.model]
     pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     workers = {name: subprocess.Popen(command, env=env, **pipes) for name, env in settings.items()}
+    temporary = 0
     for name, process in workers.items():
-        if process.stdout.readline().strip() != "ready":
+        ready, _, size = process.stdout.readline().partition(" ")
+        if ready != "ready":
             raise RuntimeError(f"worker {name!r} failed to start")
+        temporary = int(size)
     rng = np.random.default_rng(0)
     programs = ("train step", "forward")
     first = {(s, p): [] for s in settings for p in programs}
     rest = {(s, p): [] for s in settings for p in programs}
+    faults = {(s, p): 0 for s in settings for p in programs}
     names = list(settings)
     for _ in range(args.repeats):
         for program in programs:
@@ -112,15 +123,17 @@ def main() -> None:
                 name = names[i]
                 workers[name].stdin.write(f"{program} {args.calls}\n")
                 workers[name].stdin.flush()
-                seconds = [float(t) for t in workers[name].stdout.readline().split()]
-                first[name, program].append(seconds[0])
-                rest[name, program] += seconds[1:]
+                *seconds, turn_faults = workers[name].stdout.readline().split()
+                first[name, program].append(float(seconds[0]))
+                rest[name, program] += map(float, seconds[1:])
+                faults[name, program] += int(turn_faults)
     for process in workers.values():
         process.stdin.close()
         process.wait()
     shape = "the study ViT, batch 64" if args.model == "vit" else "MiniLM-L6, batch 32 x 64 tokens"
     print(f"{shape}, CPU fp32, {args.repeats} interleaved rounds of {args.calls} calls; "
-          "median and mean, ratios to the default's")  # fmt: skip
+          "median and mean, ratios to the default's; "
+          f"the training step's temporary buffers: {temporary / 2**20:.1f} MiB")  # fmt: skip
     default = names[0]
     for program in programs:
         for label, times in (("back to back", rest), ("first after idle", first)):
@@ -128,9 +141,12 @@ def main() -> None:
             for name in names:
                 b = times[name, program]
                 median, mean = np.median(b), np.mean(b)
+                paged = (f", {faults[name, program] / len(b):,.0f} page faults per call"
+                         if times is rest else "")  # fmt: skip
                 print(f"{program:<11}{label:<17} {name:<40} median {median * 1e3:7.1f} ms "
                       f"({median / np.median(a):.3f}), mean {mean * 1e3:7.1f} ms "
-                      f"({mean / np.mean(a):.3f}), max {np.max(b) * 1e3:7.1f} ms")  # fmt: skip
+                      f"({mean / np.mean(a):.3f}), max {np.max(b) * 1e3:7.1f} ms"
+                      + paged)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -3,14 +3,14 @@ with different XLA options, or of one tree in two compute dtypes, in separate pr
 turns (bench/processes.py).
 
 Each side's worker runs in its own process, from its tree (`--trees`: the worker starts in that
-directory with it on `PYTHONPATH`, so `hydra_jax` and `bench` are imported from it; the tree
-need not contain this file), with its options (`--options`: JSON objects of XLA compile
-options, `{}` for the default) or in its dtype (`--dtypes`; otherwise every side computes in
-`--dtype`), builds the studies' step (`bench/train.py`'s `step_and_state`: AdamW, clipping,
-dropout) of MiniLM-L6 + a classifier (batch 32 x 64 tokens) or of the study ViT (batch 64)
-computing in that dtype (`hj.with_dtype`), and times `--repeats` calls after two warm-up calls
-(`our_step`). Sides alternate, reversing every round; each side's median over all its calls is
-compared with the first side's. The method of the "tried" table of docs/benchmarks.md.
+directory with it on `PYTHONPATH`, so `hydra_jax` and `bench` are imported from it; the tree need
+not contain this file), with its options (`--options`: JSON objects of XLA compile options, `{}` for
+the default) or in its dtype (`--dtypes`; otherwise every side computes in `--dtype`), builds the
+studies' step (`bench/train.py`'s `step_and_state`: AdamW, clipping, dropout) of MiniLM-L6 + a
+classifier (batch 32 x 64 tokens) or of the study ViT (batch 64) computing in that dtype
+(`hj.with_dtype`; `bfloat16:bfloat16` for bf16 hidden states), and times `--repeats` calls after two
+warm-up calls (`our_step`). Sides alternate, reversing every round; each side's median over all its
+calls is compared with the first side's. The method of the "tried" table of docs/benchmarks.md.
 
     .venv/bin/python -m bench.ab --model vit --trees /path/to/before /path/to/after \
         [--dtype bfloat16]
@@ -37,7 +37,9 @@ RUN_WORKER = (
 )
 
 
-DTYPES = ("float32", "bfloat16")
+# a compute dtype, or "DTYPE:HIDDEN" (bench/precision.py's `PRECISIONS`; not imported: the
+# measured trees may not have it)
+DTYPES = ("float32", "bfloat16", "bfloat16:bfloat16")
 
 
 def worker(
@@ -58,7 +60,8 @@ def worker(
     else:
         model = hj.with_classifier(hj.from_pretrained(hj.minilm_l6_path()), 2, jax.random.key(1))
         batch = text_batch(32, 64)
-    model = hj.with_dtype(model, dtype)
+    dtype, _, hidden = dtype.partition(":")  # a tree older than `hidden` takes a dtype alone
+    model = hj.with_dtype(model, dtype, hidden) if hidden else hj.with_dtype(model, dtype)
     step, start = step_and_state(model)
     compiled = step.lower(start, batch, jax.random.key(0)).compile(options or None)
     return {"times": time_calls(our_step(model, batch, (compiled, start)), repeats)}

@@ -16,7 +16,7 @@ import argparse
 import jax
 import numpy as np
 
-from bench.precision import measure, report
+from bench.precision import PRECISIONS, measure, report
 from hydra_jax.data import random_tokens
 from hydra_jax.models import BertConfig, EncoderConfig, Model, ViTConfig
 
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (the test suite)")
-    parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
+    parser.add_argument("--dtype", default="bfloat16", choices=PRECISIONS)
     args = parser.parse_args(argv)
     print(f"device: {jax.devices()[0].device_kind} ({jax.default_backend()})")
     results = {}

@@ -9,15 +9,16 @@ wide, 22 layers of 12 heads, GeGLU 1152, local layers of 128 tokens between glob
 tower of google/siglip-base-patch16-224, 768 wide, 12 layers of 12 heads, 196 patches, and a
 10-way classifier on the mean token; batch 8 x 224 px, the logits compared).
 
-CPU, fp32, or `--dtype bfloat16`: ours through `hj.with_dtype` (bf16 matmuls and hidden states,
-fp32 softmax and LayerNorm statistics), PyTorch under `torch.autocast("cpu", torch.bfloat16)`
-(bf16 matmuls, its own fp32 list). Each side runs in its own process, the sides taking turns
-(bench/processes.py: PyTorch's spinning OpenMP threads would slow an XLA program in the same
-process); prints medians, the ratio (target: ours <= 1.0x PyTorch), XLA's FLOP count, the
-achieved GFLOP/s and the largest difference between the two outputs.
+CPU, fp32, or `--dtype bfloat16`: ours through `hj.with_dtype` (bf16 dense products, fp32 hidden
+states, softmax and LayerNorm statistics; `--dtype bfloat16:bfloat16`: bf16 hidden states too),
+PyTorch under `torch.autocast("cpu", torch.bfloat16)` (bf16 matmuls, its own fp32 list). Each side
+runs in its own process, the sides taking turns (bench/processes.py: PyTorch's spinning OpenMP
+threads would slow an XLA program in the same process); prints medians, the ratio (target: ours <=
+1.0x PyTorch), XLA's FLOP count, the achieved GFLOP/s and the largest difference between the two
+outputs.
 
     .venv/bin/python -m bench.forward [--family minilm|deberta|modernbert|dinov2|siglip]
-        [--rounds 4] [--repeats 10] [--dtype float32|bfloat16]
+        [--rounds 4] [--repeats 10] [--dtype float32|bfloat16|bfloat16:bfloat16]
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import jax
 import numpy as np
 
 import hydra_jax as hj
+from bench.precision import PRECISIONS, at_precision
 from bench.processes import alternating, median_of, print_worker, time_calls
 from hydra_jax.evaluation import xla_flops
 
@@ -112,7 +114,7 @@ def worker(side: str, args: argparse.Namespace) -> dict[str, Any]:
     path = Path(args.checkpoint) if args.checkpoint else hj.minilm_l6_path()
     batch, output = batch_of(args), OUTPUT.get(args.family, "last_hidden_state")
     if side == "ours":
-        model = hj.with_dtype(hj.from_pretrained(path), args.dtype)
+        model = at_precision(hj.from_pretrained(path), args.dtype)
         forward = jax.jit(lambda p, b: getattr(model.apply(p, **b), output))
         compiled = forward.lower(model.params, batch).compile()
         out = compiled(model.params, batch).astype(np.float32)
@@ -128,7 +130,7 @@ def worker(side: str, args: argparse.Namespace) -> dict[str, Any]:
     ref = auto.from_pretrained(path).eval()  # its default attention kernel
     inputs = {k: torch.tensor(v) for k, v in batch.items()}
 
-    low = args.dtype == "bfloat16"
+    low = args.dtype != "float32"
 
     def run() -> Any:
         with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16, enabled=low):
@@ -149,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--checkpoint", default="")
     parser.add_argument("--out", default="")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--dtype", choices=PRECISIONS, default="float32")
     args = parser.parse_args(argv)
     args.batch = args.batch or (8 if args.family in IMAGES else 32)
     if args.worker:

@@ -1,10 +1,12 @@
-"""fp32 vs bf16 compute for single, fused Hydra and Deep Ensemble (SPEC section 10).
+"""fp32 vs bf16 compute for single, fused Hydra and Deep Ensemble.
 
 MiniLM-L6 (real weights, random classifier; batch 32 x 64 tokens) and the ViT of
-`configs/vit_fmnist.py` (random weights; batch 64 images of 28 x 28), each program in fp32 and in
-bf16 compute (`hj.with_dtype`: fp32 parameters, bf16 matmuls, fp32 softmax / LayerNorm / logits).
-Interleaved rounds (bench/timing.py); medians; bf16 / fp32 per program, and Hydra / single and
-Hydra / Deep Ensemble in each dtype. `measure` is shared with bench/accelerator.py.
+`configs/vit_fmnist.py` (random weights; batch 64 images of 28 x 28), each program at each
+precision of `PRECISIONS` (`at_precision`): fp32; bf16 dense products with fp32 hidden states
+(`hj.with_dtype(model, "bfloat16")`); bf16 hidden states too (`"bfloat16:bfloat16"`). Interleaved
+rounds (bench/timing.py); medians; each precision's time over fp32's per program, and Hydra /
+single and Hydra / Deep Ensemble at each. `measure` and `at_precision` are shared with the
+other benchmarks.
 
     .venv/bin/python -m bench.precision [--repeats 20]
 """
@@ -28,12 +30,22 @@ from hydra_jax.experiments import artefacts
 from hydra_jax.models import Model, with_classifier, with_dtype
 
 PROGRAMS = ("single", "hydra", "deep_ensemble")
+# a compute dtype (bf16: dense products only, fp32 hidden states), or "DTYPE:HIDDEN"
+PRECISIONS = ("float32", "bfloat16", "bfloat16:bfloat16")
 
 
-def programs(single: Model, members: list[Model], M: int, dtype: str) -> dict:
+def at_precision(model: Model, precision: str) -> Model:
+    """`model` computing at `precision`, one of `PRECISIONS`: "DTYPE" is `with_dtype(model,
+    DTYPE)`, "DTYPE:HIDDEN" is `with_dtype(model, DTYPE, HIDDEN)`."""
+    dtype, _, hidden = precision.partition(":")
+    return with_dtype(model, dtype, hidden) if hidden else with_dtype(model, dtype)
+
+
+def programs(single: Model, members: list[Model], M: int, precision: str) -> dict:
     """`{name: (forward(weights, batch), weights)}` for single, fused Hydra (M members keeping
-    N / M heads, disjoint sets) and the vmapped Deep Ensemble of `members`, computing in `dtype`."""
-    single = with_dtype(single, dtype)
+    N / M heads, disjoint sets) and the vmapped Deep Ensemble of `members`, computing at
+    `precision`."""
+    single = at_precision(single, precision)
     L, N = single.config.encoder.num_layers, single.config.encoder.num_heads[0]
     sets = hydra.stratified_head_sets(np.random.default_rng(0).random((L, N)), M)
     fused = hydra.fuse(hydra.members_from(single, sets))
@@ -67,13 +79,16 @@ def measure(
 
 
 def report(title: str, times: dict[str, float], dtypes: tuple[str, ...]) -> None:
+    """One row per program: each of `dtypes`' median, then the others' over the first's."""
     print(title)
-    header = "".join(f"{d + ' ms':>16}" for d in dtypes)
-    print(f"{'program':<16}{header}" + (f"{'bf16 / fp32':>14}" if len(dtypes) == 2 else ""))
+    header = "".join(f"{d + ' ms':>22}" for d in dtypes)
+    ratios = "".join(f"{d + ' / ' + dtypes[0]:>28}" for d in dtypes[1:])
+    print(f"{'program':<16}{header}{ratios}")
     for p in PROGRAMS:
-        row = "".join(f"{times[f'{p} {d}'] * 1e3:>16.1f}" for d in dtypes)
-        if len(dtypes) == 2:
-            row += f"{times[f'{p} {dtypes[1]}'] / times[f'{p} {dtypes[0]}']:>14.3f}"
+        row = "".join(f"{times[f'{p} {d}'] * 1e3:>22.1f}" for d in dtypes)
+        row += "".join(
+            f"{times[f'{p} {d}'] / times[f'{p} {dtypes[0]}']:>28.3f}" for d in dtypes[1:]
+        )
         print(f"{p:<16}{row}")
     for d in dtypes:
         hydra_single = times[f"hydra {d}"] / times[f"single {d}"]
@@ -98,7 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
-    dtypes = ("float32", "bfloat16")
+    dtypes = PRECISIONS
     for title, build in (
         ("MiniLM-L6, batch 32 x 64 tokens", minilm),
         ("ViT of configs/vit_fmnist.py, batch 64 x 28 x 28", vit),

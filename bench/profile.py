@@ -1,9 +1,9 @@
 """Where a jitted forward or training step spends its time on this CPU: MiniLM-L6 (batch 32 x 64
 tokens), the Fashion-MNIST ViT of `configs/vit_fmnist.py` (256 images, random weights; 64 for a
 step) or a random DINOv2-S (8 images of 224 px, 257 tokens; built with `transformers`, as
-`bench/forward.py` does), fp32 or `--dtype bfloat16` (`hj.with_dtype`). `--step` profiles
-`bench/train.py`'s training step instead (value and gradient with dropout, clipping, AdamW) and
-lists its costliest fusions.
+`bench/forward.py` does), fp32 or `--dtype bfloat16[:bfloat16]` (`bench.precision`'s
+`at_precision`). `--step` profiles `bench/train.py`'s training step instead (value and gradient
+with dropout, clipping, AdamW) and lists its costliest fusions.
 
 Traces a few calls with `jax.profiler`, reads the trace (`jax.profiler.ProfileData`), and sums
 each executed XLA fusion's time by what its fused computation contains: matrix products alone,
@@ -33,6 +33,7 @@ import numpy as np
 
 import hydra_jax as hj
 from bench.forward import dinov2_small
+from bench.precision import PRECISIONS, at_precision
 from bench.train import our_step, step_and_state
 from configs import vit_fmnist
 from hydra_jax.data import random_tokens
@@ -131,7 +132,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--model", choices=("minilm", "vit", "dinov2"), default="minilm")
     parser.add_argument("--step", action="store_true", help="the training step, not the forward")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--dtype", choices=PRECISIONS, default="float32")
     args = parser.parse_args()
     if args.calls < 1:
         parser.error(f"--calls must be at least 1, got {args.calls}")
@@ -152,7 +153,7 @@ def main() -> None:
         size, images = model.config.image_size, 64 if args.step else 256
         pixels = rng.standard_normal((images, model.config.num_channels, size, size))
         batch, what = {"pixel_values": pixels.astype(np.float32)}, f"ViT forward, {images} images"
-    model = hj.with_dtype(model, args.dtype)
+    model = at_precision(model, args.dtype)
     if args.step:
         batch["labels"] = np.arange(len(next(iter(batch.values())))) % model.config.num_labels
         call, compiled = training_step(model, batch)

@@ -1,8 +1,9 @@
 """Training speed: our fine-tuning step against `transformers` + PyTorch AdamW, a fused Hydra's
 step against the single model's, and `fit`'s wall time per step against the bare compiled step.
 
-CPU, fp32, or `--dtype bfloat16` for the steps against PyTorch (ours: `hj.with_dtype`;
-PyTorch: the forward under `torch.autocast("cpu", torch.bfloat16)`). Ours vs PyTorch run in
+CPU, fp32, or `--dtype bfloat16` for the steps against PyTorch (ours: `hj.with_dtype`, bf16
+dense products; `bfloat16:bfloat16`, bf16 hidden states too; PyTorch: the forward under
+`torch.autocast("cpu", torch.bfloat16)`). Ours vs PyTorch run in
 separate processes taken in turns (bench/processes.py), since PyTorch's spinning OpenMP threads
 slow an XLA program in the same process; the JAX-only comparisons run interleaved in one process
 (bench/timing.py). Shapes:
@@ -13,7 +14,8 @@ slow an XLA program in the same process; the JAX-only comparisons run interleave
 - the fused MiniLM Hydra of 3 members x 4 heads per layer against the single MiniLM's step.
 
     .venv/bin/python -m bench.train [--rounds 4] [--repeats 5] [--fit-steps 20]
-        [--only text,vit,jax] [--batch 32] [--tokens 64] [--dtype float32|bfloat16]
+        [--only text,vit,jax] [--batch 32] [--tokens 64]
+        [--dtype float32|bfloat16|bfloat16:bfloat16]
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import jax
 import numpy as np
 
 import hydra_jax as hj
+from bench.precision import PRECISIONS, at_precision
 from bench.processes import alternating, median_of, print_worker, time_calls
 from bench.timing import interleaved, medians
 from configs import vit_fmnist
@@ -101,7 +104,7 @@ def torch_step(path: Path, kind: str, batch: dict[str, np.ndarray], dtype: str =
     inputs = {k: torch.tensor(v, dtype=torch.long if v.dtype.kind == "i" else torch.float32)
               for k, v in batch.items()}  # fmt: skip
 
-    low = dtype == "bfloat16"
+    low = dtype != "float32"
 
     def call() -> None:
         optimizer.zero_grad()
@@ -126,7 +129,7 @@ def worker(side: str, args: argparse.Namespace) -> dict[str, Any]:
             batch, path = image_batch(model.config, args.vit_batch), Path(scratch)
             hj.save_pretrained(model, path)
         if owner == "ours":
-            return {"times": time_calls(our_step(hj.with_dtype(model, args.dtype), batch),
+            return {"times": time_calls(our_step(at_precision(model, args.dtype), batch),
                                         args.repeats)}  # fmt: skip
         call, threads = torch_step(path, kind, batch, args.dtype)
         return {"times": time_calls(call, args.repeats), "threads": threads}
@@ -196,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vit-batch", type=int, default=64)
     parser.add_argument("--fit-steps", type=int, default=20)
     parser.add_argument("--only", default="text,vit,jax")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--dtype", choices=PRECISIONS, default="float32")
     args = parser.parse_args(argv)
     if args.worker:
         print_worker(worker(args.worker, args))

@@ -1,5 +1,6 @@
-"""The dtype policy: bf16 compute with fp32 parameters, softmax, LayerNorm statistics, logits and
-losses; bf16 outputs within a stated tolerance of fp32 for BERT, ViT and the fused Hydra."""
+"""The dtype policy: bf16 dense products with fp32 parameters, softmax, LayerNorm statistics,
+logits and losses, and hidden states in fp32 or bf16; bf16 outputs within a stated tolerance of
+fp32 for BERT, ViT and the fused Hydra."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 
 import flax.linen as nn
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -18,7 +20,7 @@ from hydra_jax import testing
 from hydra_jax.ensembles.efficient import batch_ensemble, lora_ensemble
 from hydra_jax.heads import his_and_entropy
 from hydra_jax.models import BertConfig, with_classifier, with_dtype
-from hydra_jax.models.dense import Dense, lecun_normal, wide_dot
+from hydra_jax.models.dense import Dense, lecun_normal, narrow_dot, wide_dot
 from hydra_jax.training import TrainSettings, TrainState, make_optimizer, make_train_step
 
 # bf16 keeps 8 significant bits (relative rounding 2^-9 = 0.2%); after a few layers of matmuls
@@ -70,24 +72,55 @@ def test_unknown_compute_dtype_is_refused():
         testing.encoder(layers=1, heads=2, head_dim=2, mlp_dim=6, dtype="float16")
 
 
+def test_a_hidden_dtype_other_than_fp32_or_the_compute_dtype_is_refused():
+    with pytest.raises(ValueError, match="hidden dtype 'bfloat16' is neither float32 nor"):
+        testing.encoder(layers=1, heads=2, head_dim=2, mlp_dim=6, hidden_dtype="bfloat16")
+
+
+def dot_operand_dtypes(model: hj.Model, inputs: dict) -> list[tuple[str, str]]:
+    """The operand dtypes of every product in `model`'s forward."""
+    jaxpr = jax.make_jaxpr(lambda p: model.apply(p, **inputs))(model.params)
+    found = []
+
+    def walk(jaxpr: jax.extend.core.Jaxpr) -> None:
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "dot_general":
+                found.append(tuple(str(v.aval.dtype) for v in eqn.invars))
+        for sub in jax.extend.core.subjaxprs(jaxpr):
+            walk(sub)
+
+    walk(jaxpr.jaxpr)
+    return found
+
+
+@pytest.mark.parametrize("hidden", ["float32", "bfloat16"])
 @pytest.mark.parametrize("family", ["bert", "vit"])
-def test_bf16_compute_keeps_fp32_where_the_policy_says(family, request):
+def test_bf16_compute_keeps_fp32_where_the_policy_says(family, hidden, request):
     model, batch = request.getfixturevalue(family)
-    low = with_dtype(model, "bfloat16")
+    low = with_dtype(model, "bfloat16", hidden)
     assert low.params is model.params  # the same fp32 weights
-    out = low(**{k: v for k, v in batch.items() if k != "labels"}, output_attentions=True)
-    assert out.last_hidden_state.dtype == jnp.bfloat16  # hidden states in the compute dtype
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    out = low(**inputs, output_attentions=True)
+    assert out.last_hidden_state.dtype == jnp.dtype(hidden)  # hidden states
     assert out.logits.dtype == jnp.float32
     assert out.attentions.dtype == jnp.float32  # softmax in fp32
     np.testing.assert_allclose(np.asarray(out.attentions).sum(-1), 1.0, atol=1e-5)
+    # every layer's q, k, v, output and two MLP products multiply bf16 operands; with fp32
+    # hidden states nothing else does (the attention's two products, the heads)
+    dots = dot_operand_dtypes(low, inputs)
+    narrow = [d for d in dots if d == ("bfloat16", "bfloat16")]
+    assert len(narrow) == (L * 6 if hidden == "float32" else len(dots) - 1), dots  # - classifier
+    if hidden == "float32":
+        assert all(d == ("float32", "float32") for d in dots if d not in narrow), dots
 
 
+@pytest.mark.parametrize("hidden", ["float32", "bfloat16"])
 @pytest.mark.parametrize("family", ["bert", "vit"])
-def test_bf16_logits_are_within_tolerance_of_fp32(family, request):
+def test_bf16_logits_are_within_tolerance_of_fp32(family, hidden, request):
     model, batch = request.getfixturevalue(family)
     inputs = {k: v for k, v in batch.items() if k != "labels"}
     full = model(**inputs).logits
-    low = with_dtype(model, "bfloat16")(**inputs).logits
+    low = with_dtype(model, "bfloat16", hidden)(**inputs).logits
     error = relative_error(low, full)
     assert 0 < error <= LOGIT_TOLERANCE, error  # 0 would mean bf16 never ran
 
@@ -101,7 +134,9 @@ def test_bf16_fused_hydra_is_within_tolerance_of_fp32(bert):
     inputs = {k: v for k, v in batch.items() if k != "labels"}
     fused = hj.hydra.fuse(members)
     full = fused(**inputs).logits  # [B, M, C]
-    low_model = with_dtype(fused, "bfloat16")
+    # bf16 hidden states: fp32 ones move member 0's small logits (|logit| <= 0.3) by 5%, as
+    # rounding only the dense layers' operands does (`test_bf16_products_are_...` below)
+    low_model = with_dtype(fused, "bfloat16", "bfloat16")
     low = low_model(**inputs).logits
     assert low.dtype == jnp.float32 and low.shape == full.shape
     assert 0 < relative_error(low, full) <= LOGIT_TOLERANCE
@@ -109,10 +144,46 @@ def test_bf16_fused_hydra_is_within_tolerance_of_fp32(bert):
     # in bf16 too the fused network equals its members run alone, to bf16 rounding: the two
     # programs accumulate in float32 in their own order, so a value near a bf16 rounding boundary
     # may round either way (one bf16 ulp, 2**-8 = 0.4%). A wrong member moves logits by O(1).
-    refused = hj.hydra.fuse([with_dtype(m, "bfloat16") for m in members])
+    refused = hj.hydra.fuse([with_dtype(m, "bfloat16", "bfloat16") for m in members])
     assert refused.config == low_model.config
-    alone = np.stack([with_dtype(m, "bfloat16")(**inputs).logits for m in members], axis=1)
+    alone = np.stack(
+        [with_dtype(m, "bfloat16", "bfloat16")(**inputs).logits for m in members], axis=1
+    )
     assert relative_error(low, alone) <= BF16_ULP
+
+
+def rounded_dense_operands(model: hj.Model, inputs: dict) -> jax.Array:
+    """`model`'s fp32 logits with the inputs and kernels of its encoder's dense layers rounded
+    to bf16: what bf16 products with fp32 hidden states compute, up to the order of sums."""
+
+    def round_input(next_fun, args, kwargs, context):
+        if isinstance(context.module, Dense) and context.method_name == "__call__":
+            args = tuple(x.astype(jnp.bfloat16).astype(jnp.float32) for x in args)
+        return next_fun(*args, **kwargs)
+
+    def round_kernel(path, w):
+        keys = [str(getattr(k, "key", "")) for k in path]
+        if keys[-1] == "kernel" and "encoder" in keys:
+            return w.astype(jnp.bfloat16).astype(jnp.float32)
+        return w
+
+    params = jax.tree_util.tree_map_with_path(round_kernel, model.params)
+    with nn.intercept_methods(round_input):
+        return model.apply(params, **inputs).logits
+
+
+def test_bf16_products_are_fp32_arithmetic_on_rounded_dense_operands(bert):
+    model, batch = bert
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    kept = np.array([[[0, 1], [1, 2], [2, 3]], [[2, 3], [3, 0], [0, 1]]])  # [M, L, 2]
+    head_sets = np.zeros((2, L, N), bool)
+    np.put_along_axis(head_sets, kept, True, axis=-1)
+    for m in (model, hj.hydra.fuse(hj.hydra.members_from(model, head_sets))):
+        want = rounded_dense_operands(m, inputs)
+        got = with_dtype(m, "bfloat16")(**inputs).logits
+        # the same products of the same rounded numbers, summed in float32 in each kernel's
+        # order; rounding the hidden states or the products' outputs would be off by ~1e-2
+        assert relative_error(got, want) <= 1e-5, relative_error(got, want)
 
 
 def test_bf16_training_step_keeps_fp32_master_weights(bert):
@@ -121,23 +192,25 @@ def test_bf16_training_step_keeps_fp32_master_weights(bert):
     optimizer = make_optimizer(settings, total_steps=4)
     key = jax.random.key(3)
     results = {}
-    for dtype in ("float32", "bfloat16"):
-        m = with_dtype(model, dtype)
+    for dtype, hidden in (("float32", "float32"), ("bfloat16", "float32"), ("bfloat16",) * 2):
+        m = with_dtype(model, dtype, hidden)
         state = TrainState.create(m.params, optimizer)
         state, metrics = make_train_step(m, optimizer)(state, dict(batch), key)
         assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.params))
-        results[dtype] = (state.params, float(metrics["loss"]))
-    (p32, loss32), (p16, loss16) = results["float32"], results["bfloat16"]
-    assert abs(loss16 - loss32) <= 0.02 * abs(loss32)
+        results[dtype, hidden] = (state.params, float(metrics["loss"]))
 
     # The first Adam update is lr * sign(grad) almost everywhere: bf16 gradients agree in sign.
     def update(params):
         return np.concatenate([np.ravel(a - b) for a, b in zip(
             jax.tree.leaves(params), jax.tree.leaves(model.params), strict=True)])  # fmt: skip
 
-    delta32, delta16 = update(p32), update(p16)
-    cosine = delta32 @ delta16 / np.linalg.norm(delta32) / np.linalg.norm(delta16)
-    assert cosine > 0.9, cosine
+    p32, loss32 = results.pop(("float32", "float32"))
+    delta32 = update(p32)
+    for p16, loss16 in results.values():
+        assert abs(loss16 - loss32) <= 0.02 * abs(loss32)
+        delta16 = update(p16)
+        cosine = delta32 @ delta16 / np.linalg.norm(delta32) / np.linalg.norm(delta16)
+        assert cosine > 0.9, cosine
 
 
 def test_bf16_gradients_of_the_efficient_kinds_follow_fp32(vit):
@@ -247,6 +320,35 @@ def test_gradients_of_bf16_dense_products_are_jaxs_up_to_the_order_of_sums(
         assert np.all(np.abs(np.asarray(got, np.float64) - want) <= BF16_ULP * scale)
 
 
+@pytest.mark.parametrize(("lhs_shape", "rhs_shape", "dims"), NARROW_PRODUCTS[2:4])
+def test_gradients_of_a_kept_float32_product_are_jaxs_to_bf16_resolution(
+    lhs_shape, rhs_shape, dims
+):
+    """bf16 products with fp32 hidden states: the cotangent is float32, rounded for the input's
+    gradient only (invisible in the bf16 gradients returned)."""
+    rng = np.random.default_rng(3)
+    x, w = (jnp.asarray(rng.standard_normal(s), jnp.bfloat16) for s in (lhs_shape, rhs_shape))
+    out, backward = jax.vjp(lambda a, b: narrow_dot(a, b, dims, None), x, w)
+    assert out.dtype == jnp.float32
+    cotangent = jnp.asarray(rng.standard_normal(out.shape), jnp.float32)
+    d_x, d_w = backward(cotangent)
+
+    def reference(a, b):
+        return jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
+
+    x32, w32 = x.astype(jnp.float32), w.astype(jnp.float32)
+    _, ref_backward = jax.vjp(reference, x32, w32)
+    _, abs_backward = jax.vjp(reference, jnp.abs(x32), jnp.abs(w32))  # sums of |terms|
+    wants, terms = ref_backward(cotangent), abs_backward(jnp.abs(cotangent))
+    for got, want, term in zip((d_x, d_w), wants, terms, strict=True):
+        assert got.dtype == jnp.bfloat16 and got.shape == want.shape
+        # the cotangent rounded (half a bf16 step of each term), then the result (half a step
+        # of it); a mispaired axis is off by O(1)
+        want, term = np.asarray(want, np.float64), np.asarray(term, np.float64)
+        bound = BF16_ULP * (np.abs(want) + term) + 2.0**-20 * term
+        assert np.all(np.abs(np.asarray(got, np.float64) - want) <= bound)
+
+
 def test_the_input_gradient_of_a_bf16_dense_product_multiplies_bf16_operands():
     x = jnp.ones((8, 9), jnp.bfloat16)
     w = jnp.ones((9, 3, 5), jnp.bfloat16)
@@ -295,6 +397,10 @@ def test_dense_is_flaxs_layer_in_float32_and_rounds_once_in_bf16(shape, ours, fl
     bound = (BF16_ULP * np.abs(exact) + (1 + BF16_ULP) * sum_error).reshape(low.shape)
     exact = exact.reshape(low.shape)
     assert np.all(np.abs(np.asarray(low, np.float64) - exact) <= bound)
+    # with a float32 output nothing is rounded after the product: the float32 sum's error only
+    kept = Dense(**ours, dtype=jnp.bfloat16, out_dtype=jnp.float32).apply(params, x)
+    assert kept.dtype == jnp.float32
+    assert np.all(np.abs(np.asarray(kept, np.float64) - exact) <= sum_error.reshape(low.shape))
     # Flax's layer rounds the product, adds the rounded bias and rounds again: off by more
     if low.size:
         flax_low = flax_layer.clone(dtype=jnp.bfloat16).apply(params, x)

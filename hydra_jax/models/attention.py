@@ -123,14 +123,16 @@ class Attention(nn.Module):
       width: D.
       qkv_bias: whether query/key/value carry biases.
       dropout: dropout rate on the attention probabilities.
-      dtype: compute dtype of the projections (None: the parameters'). The softmax is float32
-        (float64 for float64 inputs) whatever it is.
+      dtype: compute dtype of the projections' operands (None: the parameters'). The softmax
+        is float32 (float64 for float64 inputs) whatever it is.
       relative: DeBERTa's disentangled attention, or None. Logits then add content-to-position
         and position-to-content terms read from the distance embeddings, all divided by
         sqrt(K * `relative.scale_factor`).
       position_dropout: dropout rate on the distance embeddings (DeBERTa's hidden dropout).
       out_bias: whether the output projection carries a bias.
       rotary_theta: rotary position embedding of queries and keys with this base (0: none).
+      out_dtype: the projections' outputs' dtype, hence that of queries, keys, values, the
+        attention products' operands and the output (None: `dtype`).
     """
 
     num_heads: int
@@ -143,6 +145,7 @@ class Attention(nn.Module):
     position_dropout: float = 0.0
     out_bias: bool = True
     rotary_theta: float = 0.0
+    out_dtype: jnp.dtype | None = None
 
     @nn.compact
     def __call__(
@@ -159,7 +162,7 @@ class Attention(nn.Module):
           x: `[B, T, D]`.
           bias: `[B, 1, T, S]` additive attention bias in the softmax dtype, or None (every key
             visible: images).
-          head_mask: `[N]` floats or None (all heads kept); applied in the compute dtype.
+          head_mask: `[N]` floats or None (all heads kept); applied in the values' dtype.
           deterministic: disables attention dropout.
           distances: `[2A, D]` distance embeddings of the stack (with `relative` only).
 
@@ -169,7 +172,10 @@ class Attention(nn.Module):
         N, K = self.num_heads, self.head_dim
 
         def projection(name: str) -> Dense:
-            return Dense((N, K), use_bias=self.qkv_bias, dtype=self.dtype, name=name)
+            return Dense(
+                (N, K), use_bias=self.qkv_bias, dtype=self.dtype, out_dtype=self.out_dtype,
+                name=name,
+            )  # fmt: skip
 
         # Head-major [B, N, T, K] operands make both attention products plain batched matmuls,
         # and scaling q (not the [B, N, T, S] scores) keeps XLA:CPU from materialising the scale
@@ -177,7 +183,7 @@ class Attention(nn.Module):
         # division then touches [B, N, T, K] contexts, not [B, N, T, S] scores, and the
         # probabilities are only computed when a caller uses them (attention entropy). Dropout
         # commutes with the row division, so the dropout mask and its meaning are unchanged; the
-        # context accumulates in the softmax dtype and returns to the compute dtype after the
+        # context accumulates in the softmax dtype and returns to the values' dtype after the
         # division. `bench/attention.py` times this against normalising first.
         projections = {name: projection(name) for name in ("query", "key", "value")}
         B, T = x.shape[:2]
@@ -205,9 +211,11 @@ class Attention(nn.Module):
         context = context.astype(v.dtype).transpose(0, 2, 1, 3)  # [B, T, N, K]
         if head_mask is not None:
             context = context * head_mask.astype(v.dtype)[None, None, :, None]
-        out = Dense(
-            self.width, axis=(-2, -1), use_bias=self.out_bias, dtype=self.dtype, name="out"
-        )(as_rows(context, 2)).reshape(B, T, self.width)  # [B, T, D]
+        output = Dense(
+            self.width, axis=(-2, -1), use_bias=self.out_bias, dtype=self.dtype,
+            out_dtype=self.out_dtype, name="out",
+        )  # fmt: skip
+        out = output(as_rows(context, 2)).reshape(B, T, self.width)  # [B, T, D]
         return out, probs
 
     @staticmethod

@@ -22,7 +22,7 @@ from hydra_jax.models.encoder import (
     HeadMask,
     LayerNorm,
     StagedEncoder,
-    compute_dtype,
+    hidden_dtype,
     wide,
 )
 from hydra_jax.models.outputs import ModelOutput, Stem
@@ -119,7 +119,7 @@ class Bert(StagedEncoder):
     config: BertConfig
 
     def setup(self) -> None:
-        c, e, dtype = self.config, self.config.encoder, compute_dtype(self.config.encoder)
+        c, e, dtype = self.config, self.config.encoder, hidden_dtype(self.config.encoder)
         E = c.embedding_size or e.width
         self.word_embeddings = nn.Embed(c.vocab_size, E, dtype=dtype)
         if c.absolute_positions:

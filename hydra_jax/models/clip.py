@@ -20,7 +20,7 @@ from hydra_jax.models.encoder import (
     HeadMask,
     LayerNorm,
     StagedEncoder,
-    compute_dtype,
+    hidden_dtype,
     wide,
 )
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
@@ -121,7 +121,7 @@ class CLIPText(StagedEncoder):
     projection_dim: int
 
     def setup(self) -> None:
-        c, e, dtype = self.config, self.config.encoder, compute_dtype(self.config.encoder)
+        c, e, dtype = self.config, self.config.encoder, hidden_dtype(self.config.encoder)
         self.token_embedding = nn.Embed(c.vocab_size, e.width, dtype=dtype)
         self.position_embedding = nn.Embed(c.max_positions, e.width, dtype=dtype)
         self.encoder = Encoder(e)
@@ -181,7 +181,7 @@ class CLIPVision(StagedEncoder):
 
     def setup_layers(self) -> None:
         """Patches, CLS, positions, the first LayerNorm and the layers (every CLIP vision model)."""
-        c, e, dtype = self.config, self.config.encoder, compute_dtype(self.config.encoder)
+        c, e, dtype = self.config, self.config.encoder, hidden_dtype(self.config.encoder)
         T = (c.image_size // c.patch_size) ** 2
         self.patch = patch_conv(e.width, c.patch_size, use_bias=False, dtype=dtype)
         self.class_embedding = self.param(

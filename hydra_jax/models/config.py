@@ -67,9 +67,15 @@ class EncoderConfig:
       attention_dropout: dropout rate on attention probabilities.
       layer_scale: per-channel learned scales `[D]` on each block's output before the residual
         sum (`attention_scale`, `mlp_scale`; DINOv2's LayerScale).
-      dtype: the compute dtype, "float32" or "bfloat16" (`COMPUTE_DTYPES`). Parameters stay in
-        their own dtype (float32); matmuls and hidden states run in `dtype`; attention softmax,
+      dtype: the compute dtype, "float32" or "bfloat16" (`COMPUTE_DTYPES`): that of the
+        operands of the encoder layers' dense products (attention projections, MLP), which
+        accumulate in float32. Parameters stay in their own dtype (float32); attention softmax,
         LayerNorm statistics, logits, embeddings and losses are float32 whatever it is.
+      hidden_dtype: the dtype of everything else: hidden states, the dense layers' outputs,
+        the attention products, embedding tables and heads. "float32" (the default): only the
+        dense products' operands take `dtype`; or `dtype` itself: everything does, as Flax's
+        `dtype=` means (half the activation memory; on a CPU, conversions around every
+        element-wise operation).
       relative: DeBERTa's disentangled attention, or None (positions enter only as embeddings).
       out_bias: whether the attention output projection carries a bias.
       mlp_bias: whether the MLP's dense layers carry biases.
@@ -96,6 +102,7 @@ class EncoderConfig:
     dropout: float = 0.0
     attention_dropout: float = 0.0
     dtype: str = "float32"
+    hidden_dtype: str = "float32"
     layer_scale: bool = False
     relative: RelativeAttention | None = None
     out_bias: bool = True
@@ -109,6 +116,11 @@ class EncoderConfig:
     def __post_init__(self) -> None:
         if self.dtype not in COMPUTE_DTYPES:
             raise ValueError(f"compute dtype {self.dtype!r} is not one of {COMPUTE_DTYPES}")
+        if self.hidden_dtype not in ("float32", self.dtype):
+            raise ValueError(
+                f"hidden dtype {self.hidden_dtype!r} is neither float32 nor the compute dtype "
+                f"{self.dtype!r}"
+            )
         for name in ("rotary", "windows"):
             if getattr(self, name) and len(getattr(self, name)) != len(self.num_heads):
                 raise ValueError(f"{name} needs one entry per layer ({len(self.num_heads)})")
@@ -128,13 +140,13 @@ def member_of(config: Any) -> Any:
     return getattr(config, "member", None) if hasattr(config, "num_members") else None
 
 
-def with_compute_dtype(config: ArchConfig, dtype: str) -> ArchConfig:
+def with_compute_dtype(config: ArchConfig, dtype: str, hidden: str = "float32") -> ArchConfig:
     """`config` with every encoder (both towers of a dual encoder, a Hydra's member) computing
-    in `dtype`; nothing else changes."""
+    in `dtype`, its hidden states in `hidden`; nothing else changes."""
     if isinstance(config, EncoderConfig):
-        return dataclasses.replace(config, dtype=dtype)
+        return dataclasses.replace(config, dtype=dtype, hidden_dtype=hidden)
     changes = {
-        f.name: with_compute_dtype(value, dtype)
+        f.name: with_compute_dtype(value, dtype, hidden)
         for f in dataclasses.fields(config)
         if dataclasses.is_dataclass(value := getattr(config, f.name))
     }

@@ -49,15 +49,17 @@ def wide_dot(
 def narrow_dot(
     lhs: jax.Array, rhs: jax.Array, dimension_numbers: tuple, precision: jax.lax.PrecisionLike
 ) -> jax.Array:
-    """The float32 product of two operands of one narrow dtype, without batch axes, for a caller
-    that rounds it (or it plus a float32 bias) to the narrow dtype before any other use; its
-    input gradient multiplies narrow operands too.
+    """The float32 product of two operands of one narrow dtype, without batch axes, whose input
+    gradient multiplies narrow operands too.
 
     JAX's own backward pass of a product with a float32 result widens the cotangent, and both
-    gradients multiply in float32. The caller's rounding makes the cotangent a narrow number,
-    so here the input's gradient multiplies it, narrowed exactly, with the narrow `rhs` into
-    float32, rounded once to the input's dtype: the same numbers up to the order of the float32
-    sums (products of narrow numbers are exact in float32), on the CPU's bfloat16 kernels. The
+    gradients multiply in float32. Here the input's gradient multiplies the cotangent, narrowed,
+    with the narrow `rhs` into float32, rounded once to the input's dtype, on the CPU's
+    bfloat16 kernels. Where the caller rounds the result (or it plus a float32 bias) to the
+    narrow dtype before any other use, the cotangent is a narrow number and narrowing it is
+    exact: the same numbers as JAX's own up to the order of the float32 sums (products of
+    narrow numbers are exact in float32). Where the caller keeps the float32 result, the
+    cotangent is rounded, as in any product of narrow operands in mixed precision. The
     kernel's gradient, a product over the rows of both operands, stays in float32: XLA:CPU
     (jaxlib 0.10) has no bfloat16 kernel for every layout it may choose for that product and
     refuses the program at run time. Forward-mode autodiff (`jax.jvp`) does not apply."""
@@ -83,7 +85,7 @@ def _narrow_dot_backward(
     lhs_out = [a for a in range(lhs.ndim) if a not in lhs_in]  # the output's leading axes
     rhs_out = [a for a in range(rhs.ndim) if a not in rhs_in]  # its trailing axes
     n = len(lhs_out)
-    narrow = cotangent.astype(lhs.dtype)  # exact: the caller rounded the result
+    narrow = cotangent.astype(lhs.dtype)  # exact where the caller rounded the result
     # [lhs_out..., sorted(rhs_in)...]: each lhs axis is where its own or its partner's axis is
     d_lhs = jax.lax.dot_general(
         narrow, rhs, ((tuple(range(n, narrow.ndim)), tuple(rhs_out)), ((), ())),
@@ -134,18 +136,23 @@ def _as_tuple(x: int | Sequence[int]) -> tuple[int, ...]:
 class Dense(nn.Module):
     """A dense layer over the trailing input axes `axis` to `features`: Flax's `nn.Dense` /
     `nn.DenseGeneral` (parameter names, shapes and initialisation, and in float32 or float64 its
-    arithmetic), whose narrow (bfloat16) product takes its bias in float32 and is rounded once.
+    arithmetic), whose narrow (bfloat16) product takes its bias in float32 and is rounded once,
+    to `out_dtype`.
 
     Flax rounds the product to the compute dtype and adds the bias rounded to it; the bias's
     gradient then sums bfloat16 cotangents over the rows, which XLA:CPU rewrites into trees of
     `reduce-window`s. Here the bias is added to the float32 product before the one rounding, so
     its gradient sums float32 cotangents, and the product's backward pass is `narrow_dot`'s.
+    With a float32 `out_dtype` nothing is rounded after the product: only its operands are
+    narrow.
 
     Attributes:
       features: the output axes' sizes.
       axis: the contracted input axes, trailing (`-1`, or `(-2, -1)`).
       use_bias: whether the layer carries a bias.
-      dtype: compute dtype (None: the inputs' and parameters' common dtype).
+      dtype: compute dtype, the product operands' (None: the inputs' and parameters' common
+        dtype).
+      out_dtype: the output's dtype (None: `dtype`, as in Flax).
       kernel_init: initialiser of the kernel as a matrix `[prod(inputs), prod(features)]`,
         then shaped `[*inputs, *features]` (as Flax's `nn.DenseGeneral` does).
     """
@@ -155,6 +162,7 @@ class Dense(nn.Module):
     use_bias: bool = True
     dtype: jnp.dtype | None = None
     kernel_init: Callable = lecun_normal
+    out_dtype: jnp.dtype | None = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -183,4 +191,4 @@ class Dense(nn.Module):
             y = narrow_dot(x, kernel, dims, None)  # float32, rounded once below
         if bias is not None:  # broadcast over the rows, explicitly
             y = y + bias.astype(y.dtype).reshape(*(1,) * (x.ndim - n), *features)
-        return y.astype(dtype)
+        return y.astype(dtype if self.out_dtype is None else self.out_dtype)

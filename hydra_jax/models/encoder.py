@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,9 +46,17 @@ HeadMask = jax.Array | Sequence[jax.Array]
 
 
 def compute_dtype(config: EncoderConfig) -> jnp.dtype | None:
-    """The dtype of matmuls and hidden states, for Flax's `dtype=`: None for "float32" (the
-    parameters' own dtype: float32, or float64 where a check promotes the weights)."""
+    """The dtype of the encoder layers' dense products' operands, for `dtype=`: None for
+    "float32" (the parameters' own dtype: float32, or float64 where a check promotes the
+    weights)."""
     return None if config.dtype == "float32" else jnp.dtype(config.dtype)
+
+
+def hidden_dtype(config: EncoderConfig) -> jnp.dtype | None:
+    """The dtype of hidden states and of everything outside the dense products, for Flax's
+    `dtype=` (embeddings, heads) and `out_dtype=`: None for a float32 model (the parameters'
+    own dtype, as `compute_dtype`), else `config.hidden_dtype`."""
+    return None if config.dtype == "float32" else jnp.dtype(config.hidden_dtype)
 
 
 def wide(x: jax.Array) -> jax.Array:
@@ -85,7 +94,8 @@ class LayerNorm(nn.Module):
 
 
 class Mlp(nn.Module):
-    """Two dense layers; `gated`: `fc1` gives an input and a gate `[B, T, F]` each (GLU)."""
+    """Two dense layers; `gated`: `fc1` gives an input and a gate `[B, T, F]` each (GLU). The
+    products' operands are in `dtype`, their outputs and the activation in `out_dtype`."""
 
     mlp_dim: int
     width: int
@@ -93,25 +103,30 @@ class Mlp(nn.Module):
     dtype: jnp.dtype | None = None
     use_bias: bool = True
     gated: bool = False
+    out_dtype: jnp.dtype | None = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         """`x` `[..., D]` -> `[..., D]`, the rows run as one `[R, D]` matrix (`as_rows`)."""
         F = self.mlp_dim * (2 if self.gated else 1)
-        h = Dense(F, use_bias=self.use_bias, dtype=self.dtype, name="fc1")(as_rows(x))
+        dense = functools.partial(
+            Dense, use_bias=self.use_bias, dtype=self.dtype, out_dtype=self.out_dtype
+        )
+        h = dense(F, name="fc1")(as_rows(x))
         if self.gated:
             h, gate = jnp.split(h, 2, axis=-1)  # [R, F] each
             h = ACTIVATIONS[self.activation](h) * gate
         else:
             h = ACTIVATIONS[self.activation](h)  # [R, F]
-        out = Dense(self.width, use_bias=self.use_bias, dtype=self.dtype, name="fc2")(h)
+        out = dense(self.width, name="fc2")(h)
         return out.reshape(*x.shape[:-1], self.width)
 
 
 def mlp_block(c: EncoderConfig, name: str | None = None) -> Mlp:
     return Mlp(
-        c.mlp_dim, c.width, c.activation, compute_dtype(c), c.mlp_bias, c.gated_mlp, name=name
-    )
+        c.mlp_dim, c.width, c.activation, compute_dtype(c), c.mlp_bias, c.gated_mlp,
+        hidden_dtype(c), name=name,
+    )  # fmt: skip
 
 
 def layer_norm(c: EncoderConfig, name: str | None = None) -> LayerNorm:
@@ -154,6 +169,7 @@ def attention_block(
         c.dropout,
         c.out_bias,
         c.rotary[layer] if c.rotary else 0.0,
+        hidden_dtype(c),
         name=name,
     )
 

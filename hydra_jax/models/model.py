@@ -209,14 +209,22 @@ def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:
     return Model(dataclasses.replace(config, num_labels=num_labels), {**params, **head})
 
 
-def with_dtype(model: Model, dtype: str) -> Model:
+def with_dtype(model: Model, dtype: str, hidden: str = "float32") -> Model:
     """The model computing in `dtype` ("float32" or "bfloat16"), with the same weights.
 
     Parameters keep their dtype (float32 master weights: gradients and optimizer updates stay
-    float32); matmuls and hidden states run in `dtype`; attention softmax, LayerNorm statistics,
-    logits and embeddings stay float32, and so do the losses computed from them.
+    float32). The encoder layers' dense products (attention projections, MLP) take operands in
+    `dtype` and accumulate in float32; everything else runs in `hidden`: "float32" (the
+    default: hidden states, attention and heads as in a float32 model), or `dtype` itself
+    (hidden states and attention products in `dtype` too: half the activation memory, as
+    Flax's `dtype=`). Attention softmax, LayerNorm statistics, logits, embeddings and losses
+    are float32 either way.
+
+    On a CPU, XLA runs element-wise work in float32 whatever its dtype, converting bfloat16
+    operands on each side, so a bfloat16 `hidden` only adds conversions there; bfloat16
+    products run on the CPU's bfloat16 units where it has them.
     """
-    return Model(with_compute_dtype(model.config, dtype), model.params)
+    return Model(with_compute_dtype(model.config, dtype, hidden), model.params)
 
 
 def vision_tower(model: Model) -> Model:

@@ -20,7 +20,7 @@ from hydra_jax.models.encoder import (
     Encoder,
     HeadMask,
     StagedEncoder,
-    compute_dtype,
+    hidden_dtype,
     layer_norm,
     wide,
 )
@@ -72,13 +72,13 @@ class ModernBert(StagedEncoder):
 
     def setup(self) -> None:
         c, e = self.config, self.config.encoder
-        self.word_embeddings = nn.Embed(c.vocab_size, e.width, dtype=compute_dtype(e))
+        self.word_embeddings = nn.Embed(c.vocab_size, e.width, dtype=hidden_dtype(e))
         self.embeddings_norm = layer_norm(e)
         self.encoder = Encoder(e)
         self.final_norm = layer_norm(e)
         if c.num_labels:
             self.pre_classifier = nn.Dense(
-                e.width, c.head_bias, compute_dtype(e), dot_general=wide_dot
+                e.width, c.head_bias, hidden_dtype(e), dot_general=wide_dot
             )
             self.head_norm = layer_norm(e)
             self.classifier = nn.Dense(c.num_labels)

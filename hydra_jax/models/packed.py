@@ -39,6 +39,7 @@ from hydra_jax.models.architectures import (
     weight_count,
     with_tower_encoder,
 )
+from hydra_jax.models.dense import wide_dtype
 from hydra_jax.models.efficient import Dense, dense_layers
 from hydra_jax.models.outputs import ModelOutput
 
@@ -142,20 +143,29 @@ def from_blocks(blocks: jax.Array, inputs: int) -> jax.Array:
 
 
 def grouped_dense(
-    x: jax.Array, kernel: jax.Array, bias: jax.Array | None, inputs: int, dtype: jnp.dtype | None
+    x: jax.Array,
+    kernel: jax.Array,
+    bias: jax.Array | None,
+    inputs: int,
+    dtype: jnp.dtype | None,
+    out_dtype: jnp.dtype | None = None,
 ) -> jax.Array:
-    """`x @ from_blocks(kernel) + bias`, block by block: x `[..., in...]` -> `[..., out...]`."""
+    """`x @ from_blocks(kernel) + bias`, block by block: x `[..., in...]` -> `[..., out...]`,
+    multiplied in `dtype`, returned in `out_dtype` (None: `dtype`)."""
     G, lead = kernel.shape[0], x.ndim - inputs
     dtype = dtype or jnp.result_type(x, kernel)
+    out_dtype = out_dtype or dtype
     x, kernel = x.astype(dtype), kernel.astype(dtype)
     xs = x.reshape(*x.shape[:lead], G, x.shape[lead] // G, *x.shape[lead + 1 :])
     contract = (tuple(range(lead + 1, lead + 1 + inputs)), tuple(range(1, 1 + inputs)))
-    y = jax.lax.dot_general(xs, kernel, (contract, ((lead,), (0,))))  # [G, ..., out_0/G, ...]
+    wide = wide_dtype(dtype)  # narrow products accumulate in float32 and are rounded once
+    dims = (contract, ((lead,), (0,)))
+    y = jax.lax.dot_general(xs, kernel, dims, preferred_element_type=wide)  # [G, ..., out_0/G, ...]
     y = jnp.moveaxis(y, 0, lead)
     y = y.reshape(*y.shape[:lead], G * y.shape[lead + 1], *y.shape[lead + 2 :])
-    if bias is None:
-        return y
-    return y + bias.astype(dtype).reshape((1,) * lead + bias.shape)
+    if bias is not None:
+        y = y + bias.astype(wide).reshape((1,) * lead + bias.shape)
+    return y.astype(out_dtype)
 
 
 def _interceptor(config: PackedEnsembleConfig) -> Callable:
@@ -169,8 +179,9 @@ def _interceptor(config: PackedEnsembleConfig) -> Callable:
         weights = module.variables["params"]
         (x,) = args
         return grouped_dense(
-            x, weights["kernel"], weights.get("bias"), layers[path].inputs, module.dtype
-        )
+            x, weights["kernel"], weights.get("bias"), layers[path].inputs, module.dtype,
+            getattr(module, "out_dtype", None),
+        )  # fmt: skip
 
     return intercept
 

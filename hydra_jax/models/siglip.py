@@ -23,7 +23,7 @@ from hydra_jax.models.encoder import (
     Encoder,
     HeadMask,
     StagedEncoder,
-    compute_dtype,
+    hidden_dtype,
     layer_norm,
     mlp_block,
     wide,
@@ -109,7 +109,7 @@ class AttentionPool(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        c, dtype = self.config, compute_dtype(self.config)
+        c, dtype = self.config, hidden_dtype(self.config)
         N, K = c.width // c.head_dim, c.head_dim  # the checkpoint's heads: none are pruned here
         probe = self.param("probe", nn.initializers.normal(0.02), (c.width,), jnp.float32)
 
@@ -140,11 +140,11 @@ class SiglipText(StagedEncoder):
 
     def setup(self) -> None:
         c, e = self.config, self.config.encoder
-        self.token_embedding = nn.Embed(c.vocab_size, e.width, dtype=compute_dtype(e))
-        self.position_embedding = nn.Embed(c.max_positions, e.width, dtype=compute_dtype(e))
+        self.token_embedding = nn.Embed(c.vocab_size, e.width, dtype=hidden_dtype(e))
+        self.position_embedding = nn.Embed(c.max_positions, e.width, dtype=hidden_dtype(e))
         self.encoder = Encoder(e)
         self.final_norm = layer_norm(e)
-        self.projection = nn.Dense(c.projection_dim, dtype=compute_dtype(e), dot_general=wide_dot)
+        self.projection = nn.Dense(c.projection_dim, dtype=hidden_dtype(e), dot_general=wide_dot)
 
     def embed(self, input_ids: jax.Array, attention_mask: jax.Array | None = None) -> Stem:
         """`input_ids`, `attention_mask` `[B, T]`; SigLIP's tokenizer pads to a fixed length
@@ -193,8 +193,8 @@ class SiglipVision(StagedEncoder):
         """Patches, positions, the layers and the final LayerNorm (every SigLIP vision model)."""
         c, e = self.config, self.config.encoder
         T = (c.image_size // c.patch_size) ** 2
-        self.patch = patch_conv(e.width, c.patch_size, use_bias=True, dtype=compute_dtype(e))
-        self.position_embedding = nn.Embed(T, e.width, dtype=compute_dtype(e))
+        self.patch = patch_conv(e.width, c.patch_size, use_bias=True, dtype=hidden_dtype(e))
+        self.position_embedding = nn.Embed(T, e.width, dtype=hidden_dtype(e))
         self.encoder = Encoder(e)
         self.post_norm = layer_norm(e)
 

@@ -21,7 +21,7 @@ from hydra_jax.models.encoder import (
     HeadMask,
     LayerNorm,
     StagedEncoder,
-    compute_dtype,
+    hidden_dtype,
     wide,
 )
 from hydra_jax.models.outputs import ModelOutput, Stem
@@ -148,7 +148,7 @@ class ViT(StagedEncoder):
     config: ViTConfig
 
     def setup(self) -> None:
-        c, e, dtype = self.config, self.config.encoder, compute_dtype(self.config.encoder)
+        c, e, dtype = self.config, self.config.encoder, hidden_dtype(self.config.encoder)
         T = (c.image_size // c.patch_size) ** 2
         self.patch = patch_conv(e.width, c.patch_size, use_bias=True, dtype=dtype)
         self.cls_token = self.param("cls_token", nn.initializers.normal(0.02), (e.width,))

@@ -8,7 +8,8 @@ rounds (bench/timing.py); medians; each precision's time over fp32's per program
 single and Hydra / Deep Ensemble at each. `measure` and `at_precision` are shared with the
 other benchmarks.
 
-    .venv/bin/python -m bench.precision [--repeats 20]
+    .venv/bin/python -m bench.precision [--repeats 20] [--batch 32] [--tokens 64]
+        [--only minilm|vit]
 """
 
 from __future__ import annotations
@@ -96,10 +97,12 @@ def report(title: str, times: dict[str, float], dtypes: tuple[str, ...]) -> None
         print(f"{d}: hydra / single {hydra_single:.3f}, hydra / deep_ensemble {hydra_de:.3f}")
 
 
-def minilm(M: int) -> tuple[Model, list[Model], dict[str, np.ndarray]]:
+def minilm(
+    M: int, batch: int = 32, tokens: int = 64
+) -> tuple[Model, list[Model], dict[str, np.ndarray]]:
     base = hj.from_pretrained(hj.minilm_l6_path())
     members = [with_classifier(base, 2, jax.random.key(m)) for m in range(M)]
-    return members[0], members, random_tokens(np.random.default_rng(0), 32, 64)
+    return members[0], members, random_tokens(np.random.default_rng(0), batch, tokens)
 
 
 def vit(M: int) -> tuple[Model, list[Model], dict[str, np.ndarray]]:
@@ -112,12 +115,19 @@ def vit(M: int) -> tuple[Model, list[Model], dict[str, np.ndarray]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=32, help="MiniLM's batch")
+    parser.add_argument("--tokens", type=int, default=64, help="MiniLM's sequence length")
+    parser.add_argument("--only", choices=("minilm", "vit"), help="one model alone")
     args = parser.parse_args()
     dtypes = PRECISIONS
-    for title, build in (
-        ("MiniLM-L6, batch 32 x 64 tokens", minilm),
-        ("ViT of configs/vit_fmnist.py, batch 64 x 28 x 28", vit),
-    ):
+    models = {
+        "minilm": (f"MiniLM-L6, batch {args.batch} x {args.tokens} tokens",
+                   lambda M: minilm(M, args.batch, args.tokens)),
+        "vit": ("ViT of configs/vit_fmnist.py, batch 64 x 28 x 28", vit),
+    }  # fmt: skip
+    for name, (title, build) in models.items():
+        if args.only not in (None, name):
+            continue
         single, members, batch = build(3)
         times, _ = measure(single, members, batch, dtypes, repeats=args.repeats)
         report(f"{title}, CPU, {args.repeats} interleaved rounds", times, dtypes)

@@ -125,7 +125,8 @@ HELP = {
     "eval.latency_batch": "batch of the latency measurement",
     "eval.latency_tokens": "tokens per example of the latency measurement (text)",
     "eval.latency_repeats": "timed calls of the latency measurement (median)",
-    "eval.dtype": "compute dtype of every evaluated forward: `float32` or `bfloat16`",
+    "eval.dtype": "compute dtype of every evaluated forward: `float32` or `bfloat16` (bf16 "
+    "dense products, float32 hidden states)",
     "evaluators": "the evaluators, comma-separated (`classification`, `calibration`, "
     "`selective`, `conformal`, `ood`, `shift`, `cost`); empty: every one the data allow",
     "ood_scores": "OOD scores: `msp`, `entropy`, `mi`, `energy`, `max_logit` and the feature "

@@ -221,8 +221,8 @@ def with_dtype(model: Model, dtype: str, hidden: str = "float32") -> Model:
     are float32 either way.
 
     On a CPU, XLA runs element-wise work in float32 whatever its dtype, converting bfloat16
-    operands on each side, so a bfloat16 `hidden` only adds conversions there; bfloat16
-    products run on the CPU's bfloat16 units where it has them.
+    operands on each side, so a bfloat16 `hidden` mostly adds conversions there (docs/scale.md
+    measures both); bfloat16 products run on the CPU's bfloat16 units where it has them.
     """
     return Model(with_compute_dtype(model.config, dtype, hidden), model.params)
 

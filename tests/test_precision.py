@@ -17,7 +17,7 @@ from test_hydra import sharpened
 
 import hydra_jax as hj
 from hydra_jax import testing
-from hydra_jax.ensembles.efficient import batch_ensemble, lora_ensemble
+from hydra_jax.ensembles.efficient import batch_ensemble, lora_ensemble, packed_ensemble
 from hydra_jax.heads import his_and_entropy
 from hydra_jax.models import BertConfig, with_classifier, with_dtype
 from hydra_jax.models.dense import Dense, lecun_normal, narrow_dot, wide_dot
@@ -241,6 +241,35 @@ def test_bf16_gradients_of_the_efficient_kinds_follow_fp32(vit):
         g32, g16 = (np.concatenate([np.ravel(g) for g in jax.tree.leaves(grads[d])])
                     for d in ("float32", "bfloat16"))  # fmt: skip
         assert np.all(np.isfinite(g16))
+        assert g32 @ g16 / np.linalg.norm(g32) / np.linalg.norm(g16) > 0.99
+
+
+def test_bf16_gradients_of_a_packed_ensemble_follow_fp32_in_both_modes():
+    """Packed Ensembles replace the encoder's dense layers by grouped products (two groups
+    here), which take the layers' compute and output dtypes."""
+    config = testing.vit(layers=2, heads=3, head_dim=8, mlp_dim=20, layer_norm_eps=1e-6,
+                         num_channels=2, num_labels=3)  # fmt: skip
+    packed = packed_ensemble(config, 2, jax.random.key(7), alpha=2.0, groups=2)
+    rng = np.random.default_rng(4)
+    pixels = rng.normal(size=(3, 2, 8, 8)).astype(np.float32)
+    labels = np.array([0, 2, 1])
+    grads, hidden_states = {}, {}
+    for spec in (("float32", "float32"), ("bfloat16", "float32"), ("bfloat16", "bfloat16")):
+        m = with_dtype(packed, *spec)
+        hidden_states[spec] = m(pixel_values=pixels).last_hidden_state.dtype
+
+        def loss(params, m=m):
+            logits = m.apply(params, pixel_values=pixels).logits  # [B, M, C]
+            labels_m = jnp.broadcast_to(labels[:, None], logits.shape[:2])
+            return optax.softmax_cross_entropy_with_integer_labels(logits, labels_m).mean()
+
+        grads[spec] = np.concatenate(
+            [np.ravel(g) for g in jax.tree.leaves(jax.jit(jax.grad(loss))(m.params))]
+        )
+    assert [hidden_states[s] for s in grads] == [jnp.float32, jnp.float32, jnp.bfloat16]
+    g32 = grads.pop(("float32", "float32"))
+    for g16 in grads.values():
+        assert np.all(np.isfinite(g16)) and np.any(g16 != g32)  # bf16 ran
         assert g32 @ g16 / np.linalg.norm(g32) / np.linalg.norm(g16) > 0.99
 
 

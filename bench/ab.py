@@ -63,7 +63,8 @@ def worker(
     dtype, _, hidden = dtype.partition(":")  # a tree older than `hidden` takes a dtype alone
     model = hj.with_dtype(model, dtype, hidden) if hidden else hj.with_dtype(model, dtype)
     step, start = step_and_state(model)
-    compiled = step.lower(start, batch, jax.random.key(0)).compile(options or None)
+    single = getattr(step, "single", step)  # a `TrainStep`, or an older tree's jitted step
+    compiled = single.lower(start, batch, jax.random.key(0)).compile(options or None)
     return {"times": time_calls(our_step(model, batch, (compiled, start)), repeats)}
 
 

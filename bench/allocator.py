@@ -70,7 +70,7 @@ def worker(model_name: str) -> None:
     for program in programs.values():  # compile and warm up
         program()
         program()
-    temporary = step.lower(state, batch, jax.random.key(0)).compile().memory_analysis()
+    temporary = step.single.lower(state, batch, jax.random.key(0)).compile().memory_analysis()
     print("ready", temporary.temp_size_in_bytes, flush=True)
     for line in sys.stdin:
         name, calls = line.rsplit(maxsplit=1)

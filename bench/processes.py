@@ -52,9 +52,9 @@ def alternating(
     return results
 
 
-def median_of(results: list[dict[str, Any]]) -> float:
-    """The median over every timed call of every round."""
-    return statistics.median(t for r in results for t in r["times"])
+def median_of(results: list[dict[str, Any]], key: str = "times") -> float:
+    """The median over every timed call of every round (of the workers' `key` lists)."""
+    return statistics.median(t for r in results for t in r[key])
 
 
 def print_worker(result: dict[str, Any]) -> None:

@@ -124,7 +124,8 @@ def report(title: str, ms: collections.Counter) -> None:
 def training_step(model: hj.Model, batch: dict[str, np.ndarray]) -> tuple:
     """A blocking call of `bench/train.py`'s step on `batch` (state carried), and its program."""
     made = step, state = step_and_state(model)
-    return our_step(model, batch, made), step.lower(state, batch, jax.random.key(0)).compile()
+    compiled = step.single.lower(state, batch, jax.random.key(0)).compile()
+    return our_step(model, batch, made), compiled
 
 
 def main() -> None:

@@ -1,5 +1,7 @@
 """Training speed: our fine-tuning step against `transformers` + PyTorch AdamW, a fused Hydra's
 step against the single model's, and `fit`'s wall time per step against the bare compiled step.
+Our step is timed two ways: one step per call, and `--steps-per-call` steps in one call
+(`TrainStep.steps`, as `fit` runs them; its default is `TrainSettings`'), per step.
 
 CPU, fp32, or `--dtype bfloat16` for the steps against PyTorch (ours: `hj.with_dtype`, bf16
 dense products; `bfloat16:bfloat16`, bf16 hidden states too; PyTorch: the forward under
@@ -15,7 +17,7 @@ slow an XLA program in the same process; the JAX-only comparisons run interleave
 
     .venv/bin/python -m bench.train [--rounds 4] [--repeats 5] [--fit-steps 20]
         [--only text,vit,jax] [--batch 32] [--tokens 64]
-        [--dtype float32|bfloat16|bfloat16:bfloat16]
+        [--dtype float32|bfloat16|bfloat16:bfloat16] [--steps-per-call 8]
 """
 
 from __future__ import annotations
@@ -49,6 +51,21 @@ from hydra_jax.training import (
 
 SETTINGS = TrainSettings(epochs=1.0, batch_size=32, learning_rate=5e-5)
 STEPS = 1000  # the schedule's length (its value does not change a step's cost)
+
+
+def our_steps(model: hj.Model, batch: dict[str, np.ndarray], every: int):
+    """A blocking call of `every` training steps of `model` in one compiled call
+    (`TrainStep.steps`, as `fit` runs them), on copies of `batch`, the state carried."""
+    step, start = step_and_state(model)
+    state = [start]
+    batches = {k: np.stack([v] * every) for k, v in batch.items()}
+    keys = jax.random.split(jax.random.key(0), every)
+
+    def call() -> None:
+        state[0], metrics = step.steps(state[0], batches, keys, np.int32(every))
+        jax.block_until_ready(metrics["loss"])
+
+    return call
 
 
 def text_batch(batch: int, tokens: int) -> dict[str, np.ndarray]:
@@ -129,8 +146,10 @@ def worker(side: str, args: argparse.Namespace) -> dict[str, Any]:
             batch, path = image_batch(model.config, args.vit_batch), Path(scratch)
             hj.save_pretrained(model, path)
         if owner == "ours":
-            return {"times": time_calls(our_step(at_precision(model, args.dtype), batch),
-                                        args.repeats)}  # fmt: skip
+            model, every = at_precision(model, args.dtype), args.steps_per_call
+            one = time_calls(our_step(model, batch), args.repeats)
+            calls = time_calls(our_steps(model, batch, every), max(3, -(-args.repeats // every)))
+            return {"times": one, "per_step": [t / every for t in calls]}
         call, threads = torch_step(path, kind, batch, args.dtype)
         return {"times": time_calls(call, args.repeats), "threads": threads}
 
@@ -174,7 +193,9 @@ def jax_only(args: argparse.Namespace) -> None:
                 fit(single, data, settings, workdir, step_fn=step_fn)
                 if r:
                     walls[total].append(time.perf_counter() - start)
-    bare = statistics.median(time_calls(our_step(single, batch), args.repeats))
+    every = args.steps_per_call  # fit's calls: the bare step, called as fit calls it
+    calls = time_calls(our_steps(single, batch, every), max(3, -(-args.repeats // every)))
+    bare = statistics.median(calls) / every
     short, long = (statistics.median(walls[total]) for total in sorted(walls))
     per_step = (long - short) / (2 * n)
     print(
@@ -186,7 +207,8 @@ def jax_only(args: argparse.Namespace) -> None:
         f"{short / n / bare:.3f} x the bare step)"
     )
     print(f"  fit per step (3n-step run less the n-step run, over 2n): {per_step * 1e3:.1f} ms; "
-          f"bare step {bare * 1e3:.1f} ms; ratio {per_step / bare:.3f}")  # fmt: skip
+          f"bare step ({every} per call) {bare * 1e3:.1f} ms; "
+          f"ratio {per_step / bare:.3f}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -198,6 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--vit-batch", type=int, default=64)
     parser.add_argument("--fit-steps", type=int, default=20)
+    parser.add_argument("--steps-per-call", type=int, default=TrainSettings().steps_per_call)
     parser.add_argument("--only", default="text,vit,jax")
     parser.add_argument("--dtype", choices=PRECISIONS, default="float32")
     args = parser.parse_args(argv)
@@ -213,12 +236,14 @@ def main(argv: list[str] | None = None) -> None:
         results = alternating("bench.train", [f"ours-{kind}", f"torch-{kind}"], forwarded,
                               args.rounds)  # fmt: skip
         ours, theirs = median_of(results[f"ours-{kind}"]), median_of(results[f"torch-{kind}"])
+        calls = median_of(results[f"ours-{kind}"], "per_step")
         shape = (f"MiniLM-L6, batch {args.batch} x {args.tokens}" if kind == "text"
                  else f"study ViT, batch {args.vit_batch}")  # fmt: skip
         threads = results[f"torch-{kind}"][0]["threads"]
-        print(f"\n{shape}: ours {ours * 1e3:.1f} ms, transformers + torch AdamW "
-              f"{theirs * 1e3:.1f} ms ({threads} threads); "
-              f"ours / torch {ours / theirs:.3f}")  # fmt: skip
+        print(f"\n{shape}: transformers + torch AdamW {theirs * 1e3:.1f} ms ({threads} threads);"
+              f"\n  ours, one step per call: {ours * 1e3:.1f} ms, ours / torch "
+              f"{ours / theirs:.3f}\n  ours, {args.steps_per_call} steps per call (fit's): "
+              f"{calls * 1e3:.1f} ms per step, ours / torch {calls / theirs:.3f}")  # fmt: skip
     if "jax" in args.only:
         jax_only(args)
 

@@ -7,7 +7,9 @@ with exactly the parameters of an uninterrupted run.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -15,7 +17,7 @@ import numbers
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +47,9 @@ Trainable = Callable[[tuple[str, ...]], bool]
 @dataclasses.dataclass(frozen=True)
 class TrainSettings:
     """One training run's settings, checked on creation (integers where counts are meant, finite
-    numbers in range); `max_grad_norm=inf` turns gradient clipping off."""
+    numbers in range); `max_grad_norm=inf` turns gradient clipping off. `steps_per_call`: how
+    many steps `fit` runs in one compiled call at most (`TrainStep.steps`); 1 runs one call per
+    step. It does not change what a step computes."""
 
     epochs: float = 3.0
     batch_size: int = 32
@@ -56,6 +60,7 @@ class TrainSettings:
     seed: int = 0
     checkpoint_every: int = 200
     log_every: int = 20
+    steps_per_call: int = 8
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -69,7 +74,8 @@ class TrainSettings:
             no_clipping = field.name == "max_grad_norm" and value == math.inf
             if not (math.isfinite(value) or no_clipping):
                 raise ValueError(f"train.{field.name} must be finite, got {value}")
-        positive = ("epochs", "batch_size", "checkpoint_every", "log_every", "max_grad_norm")
+        positive = ("epochs", "batch_size", "checkpoint_every", "log_every", "max_grad_norm",
+                    "steps_per_call")  # fmt: skip
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ValueError(f"train.{name} must be positive, got {getattr(self, name)}")
@@ -275,12 +281,38 @@ def locked_text_contrastive_loss(model: Model, text_features: jax.Array) -> Loss
     return loss_fn
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainStep:
+    """A compiled training step, `make_train_step`'s result; both calls donate the state.
+
+    `step(state, batch, key) -> (state, metrics)` trains on one batch with dropout key `key`.
+    `step.steps(state, batches, keys, count) -> (state, metrics)` trains on the first `count`
+    of K stacked batches in turn (`batches`' leaves `[K, ...]`, `keys` `[K]`, `count` an int32
+    scalar in 1..K), in one compiled loop; `metrics`' leaves are `[K]`, their first `count`
+    entries those of the steps taken. One program serves every `count`, so how a run's steps
+    are grouped into calls does not change its numbers. A call of K steps costs less than K
+    calls of one on a CPU: XLA:CPU maps a program's temporary buffers afresh on every call
+    (docs/benchmarks.md, "Steps per call").
+    """
+
+    single: Callable
+    many: Callable
+
+    def __call__(self, state: TrainState, batch: dict[str, jax.Array], key: jax.Array) -> tuple:
+        return self.single(state, batch, key)
+
+    def steps(
+        self, state: TrainState, batches: dict[str, jax.Array], keys: jax.Array, count: Any
+    ) -> tuple:
+        return self.many(state, batches, keys, count)
+
+
 def make_train_step(
     model: Model, optimizer: optax.GradientTransformation, loss: Loss | None = None
-):
-    """`step(state, batch, dropout_key) -> (state, metrics)`, jitted with the state donated.
+) -> TrainStep:
+    """The jitted training step of `model` (`TrainStep`: one batch, or several in one call).
 
-    `loss` defaults to `classification_loss(model)`. The seed enters only through the key, so
+    `loss` defaults to `classification_loss(model)`. The seed enters only through the keys, so
     ensemble members share one compiled step.
     """
     loss_fn = loss or classification_loss(model)
@@ -297,7 +329,21 @@ def make_train_step(
         new = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
         return new, {"loss": loss, "accuracy": accuracy, "grad_norm": optax.tree.norm(grads)}
 
-    return jax.jit(step, donate_argnums=0)
+    def steps(
+        state: TrainState, batches: dict[str, jax.Array], keys: jax.Array, count: jax.Array
+    ) -> tuple:
+        first = jax.tree.map(lambda x: x[0], batches)
+        shapes = jax.eval_shape(step, state, first, keys[0])[1]
+        metrics = jax.tree.map(lambda m: jnp.zeros(keys.shape[:1], m.dtype), shapes)  # [K]
+
+        def body(i: jax.Array, carry: tuple) -> tuple:
+            state, metrics = carry
+            state, new = step(state, jax.tree.map(lambda x: x[i], batches), keys[i])
+            return state, jax.tree.map(lambda m, v: m.at[i].set(v), metrics, new)
+
+        return jax.lax.fori_loop(0, count, body, (state, metrics))
+
+    return TrainStep(jax.jit(step, donate_argnums=0), jax.jit(steps, donate_argnums=0))
 
 
 def _restore(manager: ocp.CheckpointManager, state: TrainState, workdir: Path) -> TrainState:
@@ -344,18 +390,66 @@ def _truncate_log(log_file: Path, step: int) -> None:
     log_file.write_text("".join(f"{line}\n" for line in kept))
 
 
-def _check_loss(
-    step: int, examples: np.ndarray, loss: jax.Array, steps_per_epoch: int, workdir: Path
-) -> None:
-    """Raises `FloatingPointError` if `loss` (of 0-based `step`) is not finite."""
-    value = float(loss)
-    if not np.isfinite(value):
-        epoch, index = divmod(step, steps_per_epoch)
-        raise FloatingPointError(
-            f"training loss is {value} at step {step + 1} (epoch {epoch}, batch {index}: "
-            f"examples {examples.tolist()}); stopped without checkpointing this step, "
-            f"the last checkpoint in {workdir / 'checkpoints'} is intact"
-        )
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """One call of the train step in flight: its first step, the examples of each of its
+    steps, and its `[K]` losses (the first `len(examples)` its steps')."""
+
+    first: int
+    examples: list[np.ndarray]
+    losses: jax.Array
+
+
+def _non_finite(call: _Call) -> int | None:
+    """The first (0-based) step of `call` whose loss is not finite, or None."""
+    losses = np.asarray(call.losses)[: len(call.examples)]
+    bad = np.flatnonzero(~np.isfinite(losses))
+    return call.first + int(bad[0]) if bad.size else None
+
+
+def _check_loss(call: _Call, steps_per_epoch: int, workdir: Path) -> None:
+    """Raises `FloatingPointError` at the first step of `call` whose loss is not finite."""
+    step = _non_finite(call)
+    if step is None:
+        return
+    epoch, index = divmod(step, steps_per_epoch)
+    raise FloatingPointError(
+        f"training loss is {float(np.asarray(call.losses)[step - call.first])} at step "
+        f"{step + 1} (epoch {epoch}, batch {index}: examples "
+        f"{call.examples[step - call.first].tolist()}); stopped without checkpointing this "
+        f"step, the last checkpoint in {workdir / 'checkpoints'} is intact"
+    )
+
+
+def _same_shapes(a: Any, b: Any) -> bool:
+    return jax.tree.map(np.shape, a) == jax.tree.map(np.shape, b)
+
+
+def _call_items(pending: collections.deque, data: Iterator, most: int) -> list[dict[str, Any]]:
+    """The next call's loaded batches: up to `most`, in order, all of the first one's shapes;
+    `pending` keeps those loaded ahead and not taken."""
+    while len(pending) < most:
+        pending.append(next(data))
+    items = [pending.popleft()]
+    while len(items) < most and _same_shapes(pending[0]["batch"], items[0]["batch"]):
+        items.append(pending.popleft())
+    return items
+
+
+def _stacked(batches: list[Any]) -> Any:
+    """Placed batches of one shape as one batch `[K, ...]` (host arrays stay on the host;
+    arrays on a mesh keep their layout, the step axis in front)."""
+
+    def stack(*leaves: Any) -> Any:
+        return np.stack(leaves) if isinstance(leaves[0], np.ndarray) else jnp.stack(leaves)
+
+    return jax.tree.map(stack, *batches)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _step_keys(key: jax.Array, first: int, count: int) -> jax.Array:
+    """`[count]` dropout keys of steps `first, first + 1, ...`: `fold_in(key, step)` each."""
+    return jax.vmap(jax.random.fold_in, (None, 0))(key, first + jnp.arange(count))
 
 
 def fit(
@@ -378,6 +472,7 @@ def fit(
       workdir: where checkpoints and the training log (`TrainingLog`) go.
       stop_after: stop (as if killed) once this many steps are done; for tests.
       step_fn: a `make_train_step` result to reuse (same model config and optimiser settings).
+        Runs of up to `settings.steps_per_call` batches of one shape train in one call of it.
       loss: the training objective (default: `classification_loss(model)`).
       trainable: which parameters train (default: all); the others are left exactly as given.
 
@@ -388,8 +483,8 @@ def fit(
       ValueError: with the default loss, training labels outside the classifier's classes, or
         a model without a classifier (before anything is written).
       FloatingPointError: a non-finite loss (the step and the batch's examples are named; the
-        last checkpoint is left as it was). A step's loss is read back after the next step is
-        dispatched, so the host never waits on the step in flight, and always before a log line
+        last checkpoint is left as it was). A call's losses are read back after the next call is
+        dispatched, so the host never waits on the call in flight, and always before a log line
         or a checkpoint is written.
     """
     workdir = Path(workdir).absolute()
@@ -414,33 +509,48 @@ def fit(
     data = loader.iterate(batches, start)  # Grain; its position is the step (`data_position`)
     log = TrainingLog(workdir, start, jax.process_index() == 0)  # several processes: one writes
     progress = tqdm(total=total_steps, initial=start, desc=f"train {workdir.name}", leave=False)
-    unchecked = None  # (step, its examples, its loss): the latest step, not yet read back
+    every = settings.steps_per_call
+    pending: collections.deque = collections.deque()  # batches loaded, not yet trained on
+    call = None  # the latest call, its losses not yet read back
     try:
-        for step in range(start, total_steps):
-            item = next(data)
-            key = jax.random.fold_in(base_key, step)
-            batch = place_local_batch(item["batch"], settings.batch_size)
-            state, metrics = step_fn(state, batch, key)
-            if unchecked is not None:  # the previous step's: the host never waits on this one
-                _check_loss(*unchecked, steps_per_epoch, workdir)
-            unchecked = (step, item["examples"], metrics["loss"])
-            progress.update(1)
-            done = step + 1
-            log_now = done % settings.log_every == 0 or done == total_steps
-            save_now = done % settings.checkpoint_every == 0 or done == total_steps
-            stop_now = stop_after is not None and done >= stop_after
-            if log_now or save_now or stop_now:
-                _check_loss(*unchecked, steps_per_epoch, workdir)  # before anything is written
-                unchecked = None
-            if log_now:
-                record = {"step": done, **{k: float(v) for k, v in metrics.items()}}
-                record["learning_rate"] = float(learning_rate(step))  # this step's update
-                log.write(record)
-                progress.set_postfix(loss=f"{record['loss']:.3f}")
+        step = start
+        while step < total_steps:
+            # A call takes up to `every` steps, ends at a checkpoint, the run's end or
+            # `stop_after`, and at a batch of another shape (text pads to the longest sequence).
+            next_save = (step // settings.checkpoint_every + 1) * settings.checkpoint_every
+            end = min(step + every, next_save, total_steps)
+            if stop_after is not None:
+                end = min(end, max(stop_after, step + 1))
+            items = _call_items(pending, data, end - step)
+            count = len(items)
+            placed = [place_local_batch(item["batch"], settings.batch_size) for item in items]
+            batches = _stacked(placed + placed[:1] * (every - count))  # one program for any count
+            keys = _step_keys(base_key, step, every)
+            state, metrics = step_fn.steps(state, batches, keys, np.int32(count))
+            if call is not None:  # the previous call's: the host never waits on this one
+                _check_loss(call, steps_per_epoch, workdir)
+            call = _Call(step, [item["examples"] for item in items], metrics["loss"])
+            progress.update(count)
+            first, step = step, step + count
+            logged = [done for done in range(first + 1, step + 1)
+                      if done % settings.log_every == 0 or done == total_steps]  # fmt: skip
+            save_now = step % settings.checkpoint_every == 0 or step == total_steps
+            stop_now = stop_after is not None and step >= stop_after
+            if logged or save_now or stop_now:  # read back before anything is written
+                bad = _non_finite(call)
+                values = {k: np.asarray(v) for k, v in metrics.items()}
+                for done in logged:
+                    if bad is None or done <= bad:  # the steps before a non-finite one
+                        record = {k: float(v[done - 1 - first]) for k, v in values.items()}
+                        record["learning_rate"] = float(learning_rate(done - 1))  # its update's
+                        log.write({"step": done, **record})
+                        progress.set_postfix(loss=f"{record['loss']:.3f}")
+                _check_loss(call, steps_per_epoch, workdir)
+                call = None
             if save_now:
-                position = jnp.array(divmod(done, steps_per_epoch), jnp.int32)
+                position = jnp.array(divmod(step, steps_per_epoch), jnp.int32)
                 state = state.replace(data_position=position)
-                manager.save(done, args=ocp.args.StandardSave(state))
+                manager.save(step, args=ocp.args.StandardSave(state))
             if stop_now:
                 break
         manager.wait_until_finished()

@@ -3,22 +3,28 @@ past a corrupt checkpoint; bad settings and non-finite losses stop with the caus
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import logging
 import struct
 from unittest import mock
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import hydra_jax as hj
 from hydra_jax import testing
-from hydra_jax.data import TokenizedSet
+from hydra_jax.data import TokenizedSet, loader
 from hydra_jax.models import BertConfig, with_classifier
 from hydra_jax.training import (
     TrainingLog,
     TrainSettings,
+    TrainState,
+    TrainStep,
+    _step_keys,
     fit,
     make_optimizer,
     make_train_step,
@@ -176,23 +182,25 @@ def test_non_finite_loss_stops_training_and_names_the_step(task, tmp_path):
 def test_a_later_non_finite_loss_is_caught_before_the_next_checkpoint(
     task, tmp_path, bad_step, kept
 ):
-    """Losses are read back a step late; a checkpoint (every 4 steps) is never written after a
-    non-finite step, whether that step is the checkpoint's own or the one before it."""
+    """Losses are read back a call late; a checkpoint (every 4 steps) is never written after a
+    non-finite step, whether that step is the checkpoint's own, the one before it, or inside a
+    call of several steps."""
     model, data, step = task
-    calls = []
+    taken = []  # steps trained, in order
 
-    def poisoned(state, batch, key):  # the real step, its loss replaced by NaN at `bad_step`
-        state, metrics = step(state, batch, key)
-        calls.append(None)
-        if len(calls) == bad_step:
-            metrics = {**metrics, "loss": metrics["loss"] * np.nan}
+    def poisoned(state, batches, keys, count):  # the real steps, the loss of `bad_step` NaN
+        state, metrics = step.steps(state, batches, keys, count)
+        first = len(taken)
+        taken.extend(range(first + 1, first + int(count) + 1))
+        if bad_step in taken[first:]:
+            metrics = {**metrics, "loss": metrics["loss"].at[bad_step - 1 - first].set(np.nan)}
         return state, metrics
 
     with pytest.raises(FloatingPointError, match=rf"training loss is nan at step {bad_step} "):
-        fit(model, data, SETTINGS, tmp_path, step_fn=poisoned)
+        fit(model, data, SETTINGS, tmp_path, step_fn=TrainStep(step.single, poisoned))
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == kept
     assert steps_logged(tmp_path) == [s for s in (2, 4) if s < bad_step]
-    assert len(calls) <= bad_step + 1  # stopped at once, not at the end of the epoch
+    assert len(taken) <= -(-bad_step // 4) * 4  # stopped at once, not at the end of the epoch
 
 
 @pytest.mark.parametrize(
@@ -200,6 +208,8 @@ def test_a_later_non_finite_loss_is_caught_before_the_next_checkpoint(
     [("batch_size", 0, "train.batch_size must be positive, got 0"),
      ("epochs", -1.0, "train.epochs must be positive"),
      ("checkpoint_every", 0, "train.checkpoint_every must be positive"),
+     ("steps_per_call", 0, "train.steps_per_call must be positive, got 0"),
+     ("steps_per_call", 2.0, "train.steps_per_call must be an integer, got 2.0"),
      ("warmup_fraction", 1.0, r"train.warmup_fraction must be in \[0, 1\)"),
      ("batch_size", 2.5, "train.batch_size must be an integer, got 2.5"),
      ("batch_size", "32", "train.batch_size must be an integer, got '32'"),
@@ -242,3 +252,65 @@ def test_too_few_examples_for_a_batch(task, tmp_path):
     small = TokenizedSet(data.tokens[:5], data.labels[:5])
     with pytest.raises(ValueError, match="5 training examples do not fill one batch of 8"):
         fit(model, small, SETTINGS, tmp_path)
+
+
+def test_several_steps_in_one_call_are_the_single_steps(task):
+    """`TrainStep.steps` runs the first `count` of K stacked batches as `count` single steps
+    would (within float32 rounding: another program), the rest of the stack unused."""
+    model, data, step = task
+    rng = np.random.default_rng(5)
+    K = SETTINGS.steps_per_call  # fit's program for these shapes: compiled already
+    batches = [data.batch(rng.choice(len(data), 8, replace=False), length=16) for _ in range(K)]
+    keys = jax.random.split(jax.random.key(7), K)
+    optimizer = make_optimizer(SETTINGS, schedule_length(len(data), SETTINGS)[1])
+    single, metrics = TrainState.create(model.params, optimizer), []
+    for batch, key in zip(batches[:3], keys[:3], strict=True):
+        single, m = step(single, batch, key)
+        metrics.append(m)
+    stacked = jax.tree.map(lambda *xs: np.stack(xs), *batches)
+    start = TrainState.create(model.params, optimizer)
+    several, many = step.steps(start, stacked, keys, np.int32(3))
+    assert int(several.step) == 3
+    for x, y in zip(jax.tree.leaves(single.params), jax.tree.leaves(several.params), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    for name in ("loss", "accuracy", "grad_norm"):
+        np.testing.assert_allclose(many[name][:3], [m[name] for m in metrics], rtol=1e-5)
+
+
+def test_each_step_of_a_call_gets_its_own_steps_dropout_key():
+    key = jax.random.key(4)
+    want = [jax.random.key_data(jax.random.fold_in(key, s)) for s in (5, 6, 7)]
+    np.testing.assert_array_equal(jax.random.key_data(_step_keys(key, 5, 3)), want)
+
+
+def test_fit_groups_steps_into_calls_within_checkpoints_and_batch_shapes(tmp_path):
+    """Calls take at most `steps_per_call` steps, in order, end at every checkpoint and hold
+    batches of one shape (texts pad to their batch's longest, in multiples of 16 tokens)."""
+    rng = np.random.default_rng(3)
+    lengths = rng.choice([5, 5, 5, 20, 40], 96)  # batches of 16, 32 or 48 tokens
+    data = TokenizedSet([np.ones(n, np.int32) for n in lengths], np.zeros(96, np.int64))
+    settings = dataclasses.replace(SETTINGS, epochs=1, batch_size=4, steps_per_call=5,
+                                   checkpoint_every=7)  # fmt: skip
+    calls = []  # (first step, count, the call's batches' tokens)
+
+    def counted(state, batches, keys, count):  # no model: advances the step, records the call
+        calls.append((int(state.step), int(count), batches["input_ids"].shape[2]))
+        losses = jnp.zeros(keys.shape[:1])
+        return state.replace(step=state.step + count), {"loss": losses, "accuracy": losses}
+
+    params = {"w": np.zeros(2, np.float32)}
+    fit(hj.Model(CONFIG, params), data, settings, tmp_path, loss=lambda *_: (0.0, 0.0),
+        step_fn=TrainStep(None, counted))  # fmt: skip
+    firsts = [first for first, _, _ in calls]
+    counts = [count for _, count, _ in calls]
+    assert firsts == list(itertools.accumulate([0, *counts[:-1]])) and sum(counts) == 24
+    assert all(1 <= count <= 5 for count in counts)
+    assert {7, 14, 21}.issubset(firsts)  # no call runs over a checkpoint
+    batches = loader.training_batches(data, 4, SETTINGS.seed, 24, 24)
+    tokens = [batches[s]["batch"]["input_ids"].shape[1] for s in range(24)]
+    assert len(set(tokens)) == 3
+    for first, count, length in calls:
+        assert tokens[first : first + count] == [length] * count
+        end = first + count
+        if count < 5 and end % 7 and end < 24:  # cut short by the next batch's shape alone
+            assert tokens[end] != length

@@ -25,15 +25,21 @@ import hydra_jax as hj
 from bench.train import image_batch, our_steps, text_batch, vit_model
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", choices=("vit", "minilm"), default="vit")
     parser.add_argument("--steps", default="1,2,4,8,16")
     parser.add_argument("--rounds", type=int, default=6)
-    args = parser.parse_args()
-    counts = [int(k) for k in args.steps.split(",")]
+    args = parser.parse_args(argv)
+    try:
+        counts = [int(k) for k in args.steps.split(",")]
+    except ValueError:
+        counts = []
     if not counts or min(counts) < 1 or args.rounds < 1:
-        parser.error("--steps takes positive step counts, --rounds a positive count")
+        parser.error(
+            f"--steps takes positive step counts (got {args.steps!r}), --rounds a positive "
+            f"count (got {args.rounds})"
+        )
     if args.model == "vit":
         model = vit_model()
         batch, what = image_batch(model.config, 64), "study ViT, batch 64"

@@ -1,7 +1,7 @@
 """The accelerator and scoring benchmarks run at tiny shapes, so they cannot rot unnoticed (the
 scoring one did once); the attention benchmark times the same function in four formulations;
 the ensemble benchmark builds every single-pass ensemble it times; bench/avx2.py finds the
-function it patches in the pinned jaxlib."""
+function it patches in the pinned jaxlib; bench/calls.py refuses step counts it cannot time."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import hydra_jax as hj
-from bench import ab, accelerator, avx2, scoring
+from bench import ab, accelerator, avx2, calls, scoring
 from bench.attention import head_major_normalised, one_block, token_major
 from bench.ensemble import efficient_forwards
 from hydra_jax import testing
@@ -38,6 +38,13 @@ def test_ab_bench_refuses_options_that_are_not_json_objects(capsys):
         with pytest.raises(SystemExit):
             ab.main(["--options", "{}", bad])
         assert f"JSON objects of XLA compile options, not {bad!r}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [["--steps", "0,8"], ["--steps", "4,x"], ["--rounds", "0"]])
+def test_calls_bench_refuses_step_counts_that_are_not_positive(capsys, bad):
+    with pytest.raises(SystemExit):
+        calls.main(bad)
+    assert "--steps takes positive step counts" in capsys.readouterr().err
 
 
 def test_attention_bench_compares_the_same_function():

@@ -32,9 +32,12 @@ from hydra_jax.experiments import migrations
 from hydra_jax.models import kinds
 from hydra_jax.models.sharding import barrier, is_primary
 
-# Keys that change no result: how a run is labelled, the device mesh it is laid out on, and
-# where preprocessed images are kept.
-COSMETIC_KEYS = frozenset({"title", "mesh.data", "mesh.member", "mesh.heads", "data.cache"})
+# Keys that change no result beyond float32 rounding: how a run is labelled, where
+# preprocessed images are kept, the device mesh it is laid out on (which splits sums) and how
+# many training steps one compiled call runs (another program).
+COSMETIC_KEYS = frozenset(
+    {"title", "mesh.data", "mesh.member", "mesh.heads", "data.cache", "train.steps_per_call"}
+)
 # The workdir's layout: every folder and file a study writes, by what it holds (`layout`).
 LAYOUT = {
     "member": "hf/member_{m}",  # member m's published classifier (an HF directory)

@@ -68,6 +68,13 @@ def our_steps(model: hj.Model, batch: dict[str, np.ndarray], every: int):
     return call
 
 
+def per_step_times(model: hj.Model, batch: dict[str, np.ndarray], every: int, repeats: int):
+    """Seconds per step of `our_steps` calls of `every` steps (at least 3 calls, `repeats`
+    steps in all)."""
+    calls = time_calls(our_steps(model, batch, every), max(3, -(-repeats // every)))
+    return [t / every for t in calls]
+
+
 def text_batch(batch: int, tokens: int) -> dict[str, np.ndarray]:
     ids = np.random.default_rng(0).integers(1000, 30000, (batch, tokens)).astype(np.int32)
     return {"input_ids": ids, "attention_mask": np.ones_like(ids),
@@ -148,8 +155,7 @@ def worker(side: str, args: argparse.Namespace) -> dict[str, Any]:
         if owner == "ours":
             model, every = at_precision(model, args.dtype), args.steps_per_call
             one = time_calls(our_step(model, batch), args.repeats)
-            calls = time_calls(our_steps(model, batch, every), max(3, -(-args.repeats // every)))
-            return {"times": one, "per_step": [t / every for t in calls]}
+            return {"times": one, "per_step": per_step_times(model, batch, every, args.repeats)}
         call, threads = torch_step(path, kind, batch, args.dtype)
         return {"times": time_calls(call, args.repeats), "threads": threads}
 
@@ -194,8 +200,7 @@ def jax_only(args: argparse.Namespace) -> None:
                 if r:
                     walls[total].append(time.perf_counter() - start)
     every = args.steps_per_call  # fit's calls: the bare step, called as fit calls it
-    calls = time_calls(our_steps(single, batch, every), max(3, -(-args.repeats // every)))
-    bare = statistics.median(calls) / every
+    bare = statistics.median(per_step_times(single, batch, every, args.repeats))
     short, long = (statistics.median(walls[total]) for total in sorted(walls))
     per_step = (long - short) / (2 * n)
     print(

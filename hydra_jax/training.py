@@ -296,15 +296,10 @@ class TrainStep:
     """
 
     single: Callable
-    many: Callable
+    steps: Callable
 
     def __call__(self, state: TrainState, batch: dict[str, jax.Array], key: jax.Array) -> tuple:
         return self.single(state, batch, key)
-
-    def steps(
-        self, state: TrainState, batches: dict[str, jax.Array], keys: jax.Array, count: Any
-    ) -> tuple:
-        return self.many(state, batches, keys, count)
 
 
 def make_train_step(
@@ -407,9 +402,9 @@ def _non_finite(call: _Call) -> int | None:
     return call.first + int(bad[0]) if bad.size else None
 
 
-def _check_loss(call: _Call, steps_per_epoch: int, workdir: Path) -> None:
-    """Raises `FloatingPointError` at the first step of `call` whose loss is not finite."""
-    step = _non_finite(call)
+def _check_loss(call: _Call, step: int | None, steps_per_epoch: int, workdir: Path) -> None:
+    """Raises `FloatingPointError` at `step`, `call`'s first with a non-finite loss (None: all
+    finite, nothing raised)."""
     if step is None:
         return
     epoch, index = divmod(step, steps_per_epoch)
@@ -528,7 +523,7 @@ def fit(
             keys = _step_keys(base_key, step, every)
             state, metrics = step_fn.steps(state, batches, keys, np.int32(count))
             if call is not None:  # the previous call's: the host never waits on this one
-                _check_loss(call, steps_per_epoch, workdir)
+                _check_loss(call, _non_finite(call), steps_per_epoch, workdir)
             call = _Call(step, [item["examples"] for item in items], metrics["loss"])
             progress.update(count)
             first, step = step, step + count
@@ -538,14 +533,14 @@ def fit(
             stop_now = stop_after is not None and step >= stop_after
             if logged or save_now or stop_now:  # read back before anything is written
                 bad = _non_finite(call)
-                values = {k: np.asarray(v) for k, v in metrics.items()}
+                values = {k: np.asarray(v) for k, v in metrics.items()} if logged else {}
                 for done in logged:
                     if bad is None or done <= bad:  # the steps before a non-finite one
                         record = {k: float(v[done - 1 - first]) for k, v in values.items()}
                         record["learning_rate"] = float(learning_rate(done - 1))  # its update's
                         log.write({"step": done, **record})
                         progress.set_postfix(loss=f"{record['loss']:.3f}")
-                _check_loss(call, steps_per_epoch, workdir)
+                _check_loss(call, bad, steps_per_epoch, workdir)
                 call = None
             if save_now:
                 position = jnp.array(divmod(step, steps_per_epoch), jnp.int32)

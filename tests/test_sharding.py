@@ -108,10 +108,10 @@ def assert_same_results(got, want):
     assert_trained_params_close(got["fit"], want["fit"])
 
 
-def assert_trained_params_close(got, want) -> None:
-    """Trained weights equal within 1e-5 (absolute; weights are at most about 1, and Adam's
-    update divides each gradient by its own scale, so float32 rounding of the gradients moves a
-    weight by about lr * 1e-6), attention key biases left out: their exact gradient is 0
+def assert_trained_params_close(got, want, *, rtol: float = 0.0, atol: float = 1e-5) -> None:
+    """Trained weights equal within 1e-5 (absolute, by default; weights are at most about 1, and
+    Adam's update divides each gradient by its own scale, so float32 rounding of the gradients
+    moves a weight by about lr * 1e-6), attention key biases left out: their exact gradient is 0
     (softmax ignores a constant shift per query), so Adam scales rounding noise (~1e-9) up to
     steps of ~lr either way."""
     flat_got = jax.tree_util.tree_flatten_with_path(got)[0]
@@ -120,7 +120,7 @@ def assert_trained_params_close(got, want) -> None:
         name = path_string(path)
         assert name == path_string(other), (name, path_string(other))
         if not name.endswith("key/bias"):
-            np.testing.assert_allclose(a, b, atol=1e-5, err_msg=name)
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=name)
 
 
 @pytest.fixture(scope="module")

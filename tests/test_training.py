@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_sharding import assert_trained_params_close
 
 import hydra_jax as hj
 from hydra_jax import testing
@@ -271,8 +272,8 @@ def test_several_steps_in_one_call_are_the_single_steps(task):
     start = TrainState.create(model.params, optimizer)
     several, many = step.steps(start, stacked, keys, np.int32(3))
     assert int(several.step) == 3
-    for x, y in zip(jax.tree.leaves(single.params), jax.tree.leaves(several.params), strict=True):
-        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    # Two programs: key biases (exact gradient 0) move by Adam-scaled rounding noise, left out.
+    assert_trained_params_close(several.params, single.params, rtol=1e-5, atol=1e-6)
     for name in ("loss", "accuracy", "grad_norm"):
         np.testing.assert_allclose(many[name][:3], [m[name] for m in metrics], rtol=1e-5)
 

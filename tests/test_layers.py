@@ -11,7 +11,7 @@ REPO = Path(__file__).parent.parent
 PACKAGE = REPO / "hydra_jax"
 
 LAYERS = {
-    "checks": 0, "extras": 0, "models": 0, "metrics": 0, "testing": 0,
+    "checks": 0, "extras": 0, "models": 0, "metrics": 0, "native": 0, "testing": 0,
     "convert": 1, "heads": 1, "ensembles": 1,
     "data": 2, "training": 2, "evaluation": 2,
     "experiments": 3,

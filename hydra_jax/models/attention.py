@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 
@@ -13,6 +14,7 @@ import numpy as np
 from hydra_jax.models.config import RelativeAttention
 from hydra_jax.models.dense import Dense, as_rows, wide_dtype
 from hydra_jax.models.dropout import Dropout
+from hydra_jax.native import attention as native
 
 
 def padding_bias(
@@ -93,6 +95,13 @@ def relative_distances(T: int, relative: RelativeAttention) -> np.ndarray:
     if relative.buckets > 0:
         distance = log_buckets(distance, relative.buckets, relative.max_distance)
     return distance
+
+
+Drop = Callable[[jax.Array], jax.Array]  # dropout, or none
+
+
+def _unchanged(x: jax.Array) -> jax.Array:
+    return x
 
 
 # Queries are attended in blocks of at most this many rows. XLA:CPU fuses the scores, softmax
@@ -201,13 +210,21 @@ class Attention(nn.Module):
             terms.append(
                 self._disentangled(q, k, distances, projections, projection, divisor, deterministic)
             )
-        dropout = Dropout(self.dropout)
-        blocks = [
-            self._attend(q[:, :, a:b], k, v, [rows(t, a, b) for t in terms], dropout, deterministic)
-            for a, b in query_blocks(q.shape[2])
-        ]
-        context = jnp.concatenate([c for c, _ in blocks], axis=2)  # [B, N, T, K]
-        probs = jnp.concatenate([p for _, p in blocks], axis=2)  # [B, N, T, S]
+        dropout = functools.partial(Dropout(self.dropout), deterministic=deterministic)
+
+        def attend(q: jax.Array, k: jax.Array, v: jax.Array, drop: Drop) -> tuple[jax.Array, ...]:
+            blocks = [
+                self._attend(q[:, :, a:b], k, v, [rows(t, a, b) for t in terms], drop)
+                for a, b in query_blocks(q.shape[2])
+            ]
+            context = jnp.concatenate([c for c, _ in blocks], axis=2)  # [B, N, T, K]
+            return context, jnp.concatenate([p for _, p in blocks], axis=2)  # [B, N, T, S]
+
+        context, probs = attend(q, k, v, dropout)
+        if not terms and (deterministic or not self.dropout) and native.applies(q, k, v):
+            # The same context (no dropout here), differentiated by the native kernels: XLA:CPU
+            # runs the products of narrow heads slowly. Probabilities a caller uses stay XLA's.
+            context = native.attend(lambda q, k, v: attend(q, k, v, _unchanged)[0], q, k, v)
         context = context.astype(v.dtype).transpose(0, 2, 1, 3)  # [B, T, N, K]
         if head_mask is not None:
             context = context * head_mask.astype(v.dtype)[None, None, :, None]
@@ -220,16 +237,11 @@ class Attention(nn.Module):
 
     @staticmethod
     def _attend(
-        q: jax.Array,
-        k: jax.Array,
-        v: jax.Array,
-        terms: list[jax.Array],
-        dropout: Dropout,
-        deterministic: bool,
+        q: jax.Array, k: jax.Array, v: jax.Array, terms: list[jax.Array], dropout: Drop
     ) -> tuple[jax.Array, jax.Array]:
         """Queries `q` `[B, N, R, K]` (scaled; R of the T rows) against keys and values `[B, N,
-        S, K]`, with additive logit terms `[B, 1 | N, R, S]`: `(context [B, N, R, K] in the
-        softmax dtype, probabilities [B, N, R, S])`."""
+        S, K]`, with additive logit terms `[B, 1 | N, R, S]` and `dropout` on the unnormalised
+        probabilities: `(context [B, N, R, K] in the softmax dtype, probabilities [B, N, R, S])`."""
         wide_t = wide_dtype(q.dtype)
         logits = jnp.einsum("BNTK,BNSK->BNTS", q, k, preferred_element_type=wide_t)
         for term in terms:
@@ -237,7 +249,7 @@ class Attention(nn.Module):
         peak = jax.lax.stop_gradient(logits.max(axis=-1, keepdims=True))
         unnormalised = jnp.exp(logits - peak)  # [B, N, R, S]
         total = unnormalised.sum(axis=-1, keepdims=True)  # [B, N, R, 1]
-        dropped = dropout(unnormalised, deterministic=deterministic)
+        dropped = dropout(unnormalised)
         context = (
             jnp.einsum("BNTS,BNSK->BNTK", dropped.astype(v.dtype), v, preferred_element_type=wide_t)
             / total

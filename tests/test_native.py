@@ -137,10 +137,10 @@ def test_applies_only_where_the_kernel_is_faster_and_one_device_runs_it(built, m
     assert not na.applies(x, x, x)
 
 
-def layer_gradient(bias: bool, deterministic: bool, dropout: float = 0.0):
+def layer_gradient(bias: bool, deterministic: bool, dropout: float = 0.0, dtype=None):
     """A 4-head attention layer of width 6's value and gradient, and whether its program calls
-    the native kernels."""
-    layer = Attention(4, 6, 24, dropout=dropout)
+    the native kernels (`dtype`: of its products and their outputs, q, k and v)."""
+    layer = Attention(4, 6, 24, dropout=dropout, dtype=dtype, out_dtype=dtype)
     x = jax.random.normal(jax.random.key(0), (2, 7, 24))
     mask = jnp.ones((2, 7), jnp.int32).at[1, 5:].set(0)
     terms = jnp.where(mask[:, None, None, :] > 0, 0.0, -1e9) if bias else None
@@ -171,6 +171,18 @@ def test_the_attention_layer_uses_the_kernels_without_logit_terms_or_dropout(bui
     scale = max(np.abs(b).max() for b in jax.tree.leaves(want))
     for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * scale)
+
+
+def test_bf16_queries_keys_and_values_reach_the_kernels_in_f32(built, monkeypatch):
+    (value, grads), native_used = layer_gradient(False, True, dtype=jnp.bfloat16)
+    assert native_used
+    monkeypatch.setenv(native.SWITCH, "0")
+    (want_value, want), _ = layer_gradient(False, True, dtype=jnp.bfloat16)
+    # XLA rounds the probabilities to bf16 for the value product; the kernels keep them in f32.
+    np.testing.assert_allclose(value, want_value, rtol=1e-2)
+    scale = max(np.abs(b).max() for b in jax.tree.leaves(want))
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-2 * scale)
 
 
 @pytest.fixture

@@ -221,10 +221,20 @@ class Attention(nn.Module):
             return context, jnp.concatenate([p for _, p in blocks], axis=2)  # [B, N, T, S]
 
         context, probs = attend(q, k, v, dropout)
-        if not terms and (deterministic or not self.dropout) and native.applies(q, k, v):
-            # The same context (no dropout here), differentiated by the native kernels: XLA:CPU
-            # runs the products of narrow heads slowly. Probabilities a caller uses stay XLA's.
-            context = native.attend(lambda q, k, v: attend(q, k, v, _unchanged)[0], q, k, v)
+        # Without logit terms or dropout, the native kernels differentiate the attention where
+        # they apply (XLA:CPU runs the products of narrow heads slowly): the same context, XLA's
+        # where not differentiated. bf16 operands (bf16 hidden states) reach them in f32, so the
+        # training pass keeps in f32 the probabilities XLA rounds to bf16 for the value product.
+        # Probabilities a caller uses stay XLA's.
+        wide = [x.astype(wide_dtype(x.dtype)) for x in (q, k, v)]
+        if not terms and (deterministic or not self.dropout) and native.applies(*wide):
+            dtypes = [x.dtype for x in (q, k, v)]
+
+            def same(*wide: jax.Array) -> jax.Array:
+                narrow = (x.astype(dtype) for x, dtype in zip(wide, dtypes, strict=True))
+                return attend(*narrow, _unchanged)[0]
+
+            context = native.attend(same, *wide)
         context = context.astype(v.dtype).transpose(0, 2, 1, 3)  # [B, T, N, K]
         if head_mask is not None:
             context = context * head_mask.astype(v.dtype)[None, None, :, None]

@@ -120,6 +120,14 @@ def test_the_kernel_refuses_shapes_it_does_not_compute(built):
     q, kv = jnp.zeros((1, 2, 3, 4), jnp.float32), jnp.zeros((2, 2, 3, 4), jnp.float32)
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"q \[\.\.\., T, K\] and k, v"):
         forward(q, kv, kv)
+    # Results and residuals of other shapes would be written or read out of bounds.
+    short = jax.ShapeDtypeStruct((1, 2, 2, 4), jnp.float32)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"attention forward: o .* unlike q"):
+        jax.ffi.ffi_call(na.FORWARD, (short, jax.ShapeDtypeStruct((1, 2, 3), jnp.float32)))(q, q, q)
+    like_q = jax.ShapeDtypeStruct(q.shape, q.dtype)
+    lse = jnp.zeros((1, 2, 2), jnp.float32)  # one query short
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"attention backward: .* unlike q"):
+        jax.ffi.ffi_call(na.BACKWARD, (like_q,) * 3)(q, q, q, q, lse, q)
 
 
 def test_applies_only_where_the_kernel_is_faster_and_one_device_runs_it(built, monkeypatch):

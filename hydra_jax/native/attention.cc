@@ -88,7 +88,6 @@ void parallel_for(ffi::ThreadPool& pool, int64_t count, int64_t floats, const F&
   while (state->done.load() < count) std::this_thread::yield();
 }
 
-constexpr int kUnrolled = 8;    // head widths compiled each as its own constant
 constexpr int kMaxWidth = 256;  // wider heads are refused
 
 inline int64_t padded(int64_t T) { return (T + 15) / 16 * 16; }
@@ -220,7 +219,14 @@ ffi::Error sizes(const Array& q, const Array& k, const Array& v, std::array<int6
   return ffi::Error::Success();
 }
 
-// Runs Run<K> for head widths K up to kUnrolled (a constant inside, so the loops over it
+// Whether `buffer` has the dimensions of `like` less its last `drop`.
+template <typename B>
+bool shaped_like(const B& buffer, const Array& like, size_t drop = 0) {
+  const auto a = buffer.dimensions(), b = like.dimensions();
+  return a.size() + drop == b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+// Runs Run<K> for head widths K up to 8 (a constant inside, so the loops over it
 // unroll and their sums stay in registers), Run<0> with the width as a variable beyond.
 template <template <int> class Run, typename... Args>
 void for_width(int64_t K, Args&&... args) {
@@ -264,6 +270,8 @@ struct BackwardSlices {
 ffi::Error Forward(ffi::ThreadPool pool, Array q, Array k, Array v, Result o, Result lse) {
   std::array<int64_t, 4> shape;
   if (ffi::Error error = sizes(q, k, v, shape); error.failure()) return error;
+  if (!shaped_like(*o, q) || !shaped_like(*lse, q, 1))
+    return ffi::Error::InvalidArgument("attention forward: o [..., T, K], lse [..., T] unlike q");
   const auto [T, S, K, slices] = shape;
   try {
     for_width<ForwardSlices>(K, pool, q.typed_data(), k.typed_data(), v.typed_data(),
@@ -278,6 +286,10 @@ ffi::Error Backward(ffi::ThreadPool pool, Array q, Array k, Array v, Array o, Ar
                     Result dq, Result dk, Result dv) {
   std::array<int64_t, 4> shape;
   if (ffi::Error error = sizes(q, k, v, shape); error.failure()) return error;
+  if (!shaped_like(o, q) || !shaped_like(g, q) || !shaped_like(lse, q, 1) ||
+      !shaped_like(*dq, q) || !shaped_like(*dk, k) || !shaped_like(*dv, k))
+    return ffi::Error::InvalidArgument(
+        "attention backward: o, g, dq [..., T, K], lse [..., T] unlike q or dk, dv unlike k");
   const auto [T, S, K, slices] = shape;
   try {
     for_width<BackwardSlices>(K, pool, q.typed_data(), k.typed_data(), v.typed_data(),

@@ -127,7 +127,6 @@ def test_neutral_initialisations_equal_the_model(models):
         out = logits(ensemble, batch)
         for m in range(M):
             assert_close(out[:, m], base)
-            np.testing.assert_array_equal(out[:, m], out[:, 0])  # one program, equal rows
 
 
 def test_targets_limit_which_layers_lora_adapts(models):

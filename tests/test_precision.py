@@ -306,12 +306,11 @@ def test_dense_products_of_bf16_accumulate_in_fp32_and_round_once():
     sum_error = K * f32_step * np.einsum("md,dnk->mnk", np.abs(x64), np.abs(w64))
     bound = BF16_ULP * np.abs(exact) + (1 + BF16_ULP) * sum_error
     assert np.all(np.abs(np.asarray(got, np.float64) - exact) <= bound)
-    # float32 operands take the plain product, bit for bit
+    # float32 operands take the plain product: the same program as `dot_general`'s
     x32, w32 = x.astype(jnp.float32), w.astype(jnp.float32)
-    np.testing.assert_array_equal(
-        jax.jit(lambda a, b: wide_dot(a, b, dims))(x32, w32),
-        jax.jit(lambda a, b: jax.lax.dot_general(a, b, dims))(x32, w32),
-    )
+    wide = jax.jit(lambda a, b: wide_dot(a, b, dims)).lower(x32, w32).as_text()
+    plain = jax.jit(lambda a, b: jax.lax.dot_general(a, b, dims)).lower(x32, w32).as_text()
+    assert wide == plain
 
 
 # Dense layers' products: Dense `[R, C] x [C, O]`, a q/k/v projection `[R, D] x [D, N, K]`, an
@@ -338,9 +337,9 @@ def test_gradients_of_bf16_dense_products_are_jaxs_up_to_the_order_of_sums(
 
     out, backward = jax.vjp(lambda a, b: wide_dot(a, b, dims), x, w)
     ref, ref_backward = jax.vjp(reference, x, w)
-    np.testing.assert_array_equal(out, ref)
     cotangent = jnp.asarray(rng.standard_normal(out.shape), jnp.bfloat16)
-    for got, want in zip(backward(cotangent), ref_backward(cotangent), strict=True):
+    pairs = [(out, ref), *zip(backward(cotangent), ref_backward(cotangent), strict=True)]
+    for got, want in pairs:
         assert got.dtype == want.dtype == jnp.bfloat16 and got.shape == want.shape
         # float32 sums in another order, each rounded once to bf16: one bf16 step apart at most
         # (a transposed or mispaired axis is off by O(1))
@@ -410,7 +409,7 @@ def test_dense_is_flaxs_layer_in_float32_and_rounds_once_in_bf16(shape, ours, fl
         params["params"]["bias"] = jnp.linspace(-3, 3, params["params"]["bias"].size).reshape(
             params["params"]["bias"].shape
         )
-    np.testing.assert_array_equal(layer.apply(params, x), flax_layer.apply(params, x))
+    testing.assert_close(layer.apply(params, x), flax_layer.apply(params, x))
     low = Dense(**ours, dtype=jnp.bfloat16).apply(params, x)
     assert low.dtype == jnp.bfloat16
     # the float32 product of the bf16 operands plus the float32 bias, rounded once: within half

@@ -5,8 +5,7 @@ The package has one dependency direction; a module imports only its own layer or
   0. `models` (the functional model of every family in `models.architectures`, zero-shot
      heads, the fused Hydra, the single-pass ensembles, device meshes in `models.sharding`),
      `metrics` (numpy), `checks` (argument checks every layer shares), `extras` (the optional
-     `studies` packages, imported with a message naming the extra), `native` (C++ CPU kernels
-     compiled on first use: the attention core's training pass), `testing`
+     `studies` packages, imported with a message naming the extra), `testing`
   1. `convert` (HF checkpoints in and out, our own format), `heads` (scores, selection,
      compaction, circuit search), `ensembles` (fusion, member head sets, baselines, the
      single-pass ensembles' builders): no datasets, no optimisers

@@ -8,8 +8,7 @@ repository's own `hydra_jax/`:
 1. `python -m build`: an sdist, and the wheel built from it.
 2. newest: a clean venv with the wheel and no extras, at the newest versions the registry offers.
    The README's library block runs; `import hydra_jax` loads none of the studies' or the tests'
-   packages; `import hydra_jax.experiments` asks for the studies extra by name; the native
-   attention kernel builds from the wheel's source.
+   packages; `import hydra_jax.experiments` asks for the studies extra by name.
 3. floors: the same at the lower bounds pyproject.toml declares (scripts/lower_bounds.py). Then
    the studies extra at its lower bounds and the test tools, and the library's tests
    (`LIBRARY_TESTS`) from a copy of tests/.
@@ -58,12 +57,6 @@ except ModuleNotFoundError as error:
 else:
     raise AssertionError("hydra_jax.experiments imported without the studies extra")
 print("import hydra_jax", hydra_jax.__version__, "from", hydra_jax.__file__)
-import warnings
-from hydra_jax import native
-with warnings.catch_warnings():
-    warnings.simplefilter("error")  # the wheel ships the kernel's source, and it builds here
-    assert native.load("attention"), "the native attention kernel did not load"
-print("native attention kernel built from", native.SOURCES)
 """
 
 STUDY_FILES = """

@@ -1,11 +1,9 @@
 """The accelerator and scoring benchmarks run at tiny shapes, so they cannot rot unnoticed (the
 scoring one did once); the attention benchmark times the same function in four formulations;
-the ensemble benchmark builds every single-pass ensemble it times; bench/avx2.py finds the
-function it patches in the pinned jaxlib; bench/calls.py refuses step counts it cannot time."""
+the ensemble benchmark builds every single-pass ensemble it times; bench/calls.py refuses step
+counts it cannot time."""
 
 from __future__ import annotations
-
-import mmap
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +12,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import hydra_jax as hj
-from bench import ab, accelerator, avx2, calls, scoring
+from bench import ab, accelerator, calls, scoring
 from bench.attention import head_major_normalised, one_block, token_major
 from bench.ensemble import efficient_forwards
 from hydra_jax import testing
@@ -91,16 +89,3 @@ def test_ensemble_bench_builds_each_single_pass_ensemble():
     assert list(forwards)[-1] == "mimo (M=3)"  # an image classifier's
     forward, weights = forwards["mimo (M=3)"]
     assert forward(weights, {"pixel_values": np.ones((2, 3, 8, 8), np.float32)}).shape == (2, 3, 2)
-
-
-def test_avx2_copy_finds_the_isa_query_of_the_pinned_jaxlib():
-    """bench/avx2.py rewrites YNNPACK's ISA query; a jaxlib without it (or built otherwise)
-    would leave the copy running AVX-512 kernels unnoticed, so the pinned one is checked."""
-    library = avx2.installed_jaxlib() / avx2.LIBRARY
-    assert avx2.patch_offset(library) > 0  # found; raises unless its code is the one patched
-    with (
-        open(library, "rb") as file,
-        mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as elf,
-        pytest.raises(ValueError, match="no symbol"),
-    ):
-        avx2.symbol_offset(elf, b"_ZN3ynn_not_a_function")

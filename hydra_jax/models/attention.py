@@ -14,7 +14,6 @@ import numpy as np
 from hydra_jax.models.config import RelativeAttention
 from hydra_jax.models.dense import Dense, as_rows, wide_dtype
 from hydra_jax.models.dropout import Dropout
-from hydra_jax.native import attention as native
 
 
 def padding_bias(
@@ -98,10 +97,6 @@ def relative_distances(T: int, relative: RelativeAttention) -> np.ndarray:
 
 
 Drop = Callable[[jax.Array], jax.Array]  # dropout, or none
-
-
-def _unchanged(x: jax.Array) -> jax.Array:
-    return x
 
 
 # Queries are attended in blocks of at most this many rows. XLA:CPU fuses the scores, softmax
@@ -211,30 +206,12 @@ class Attention(nn.Module):
                 self._disentangled(q, k, distances, projections, projection, divisor, deterministic)
             )
         dropout = functools.partial(Dropout(self.dropout), deterministic=deterministic)
-
-        def attend(q: jax.Array, k: jax.Array, v: jax.Array, drop: Drop) -> tuple[jax.Array, ...]:
-            blocks = [
-                self._attend(q[:, :, a:b], k, v, [rows(t, a, b) for t in terms], drop)
-                for a, b in query_blocks(q.shape[2])
-            ]
-            context = jnp.concatenate([c for c, _ in blocks], axis=2)  # [B, N, T, K]
-            return context, jnp.concatenate([p for _, p in blocks], axis=2)  # [B, N, T, S]
-
-        context, probs = attend(q, k, v, dropout)
-        # Without logit terms or dropout, the native kernels differentiate the attention where
-        # they apply (XLA:CPU runs the products of narrow heads slowly): the same context, XLA's
-        # where not differentiated. bf16 operands (bf16 hidden states) reach them in f32, so the
-        # training pass keeps in f32 the probabilities XLA rounds to bf16 for the value product.
-        # Probabilities a caller uses stay XLA's.
-        wide = [x.astype(wide_dtype(x.dtype)) for x in (q, k, v)]
-        if not terms and (deterministic or not self.dropout) and native.applies(*wide):
-            dtypes = [x.dtype for x in (q, k, v)]
-
-            def same(*wide: jax.Array) -> jax.Array:
-                narrow = (x.astype(dtype) for x, dtype in zip(wide, dtypes, strict=True))
-                return attend(*narrow, _unchanged)[0]
-
-            context = native.attend(same, *wide)
+        blocks = [
+            self._attend(q[:, :, a:b], k, v, [rows(t, a, b) for t in terms], dropout)
+            for a, b in query_blocks(q.shape[2])
+        ]
+        context = jnp.concatenate([c for c, _ in blocks], axis=2)  # [B, N, T, K]
+        probs = jnp.concatenate([p for _, p in blocks], axis=2)  # [B, N, T, S]
         context = context.astype(v.dtype).transpose(0, 2, 1, 3)  # [B, T, N, K]
         if head_mask is not None:
             context = context * head_mask.astype(v.dtype)[None, None, :, None]

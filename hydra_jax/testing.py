@@ -32,6 +32,7 @@ fails with a shape error instead of passing by coincidence.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 import jax
@@ -62,7 +63,20 @@ def assert_close(actual: Any, desired: Any, *, rtol: float = F32_RTOL, err_msg: 
     if actual.shape != desired.shape:
         raise AssertionError(f"{err_msg} shapes differ: {actual.shape} != {desired.shape}".strip())
     scale = float(np.abs(desired).max()) if desired.size else 0.0
+    _log_ratio(actual, desired, rtol * scale)
     np.testing.assert_allclose(actual, desired, rtol=0, atol=rtol * scale, err_msg=err_msg)
+
+
+def _log_ratio(actual: np.ndarray, desired: np.ndarray, atol: float) -> None:
+    """Appends `test id, largest |actual - desired| / atol` to `$HYDRA_JAX_CLOSENESS_LOG`."""
+    path = os.environ.get("HYDRA_JAX_CLOSENESS_LOG")
+    if not path or not actual.size:
+        return
+    worst = float(np.abs(actual - desired).max())
+    ratio = worst / atol if atol else (0.0 if worst == 0 else float("inf"))
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+    with open(path, "a") as log:
+        log.write(f"{test}\t{ratio:.4g}\n")
 
 
 def encoder(

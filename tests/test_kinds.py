@@ -1,7 +1,8 @@
-"""The ensemble-kind table (`hydra_jax.models.kinds`): a kind defined and registered in this file
-alone, M copies of one model (each member a perturbed copy, the ensemble their mean), runs
-through `Model.init` and `apply`, training steps, `save_model` / `load_model` and a smoke study of
-the generic study, with nothing else of the package changed."""
+"""The ensemble-kind table (`hydra_jax.models.kinds`) and the study's single-pass methods
+(`hydra_jax.experiments.single_pass`): a kind defined and registered in this file alone, M
+copies of one model (each member a perturbed copy, the ensemble their mean), runs through
+`Model.init` and `apply`, training steps, `save_model` / `load_model` and a smoke study of the
+generic study, with nothing else of the package changed."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import hydra_jax as hj
 from configs import custom
 from hydra_jax import testing
 from hydra_jax.data import TokenizedSet
-from hydra_jax.experiments import engine, evaluators
+from hydra_jax.experiments import engine, evaluators, single_pass
 from hydra_jax.models import BertConfig, kinds
 from hydra_jax.models.architectures import module_of
 from hydra_jax.models.outputs import ModelOutput
@@ -73,7 +74,7 @@ def _build(model: hj.Model, num_members: int, rng: jax.Array, settings: Any, num
     return hj.Model(CopiesConfig(model.config, num_members), {"members": stacked})
 
 
-COPIES = kinds.Kind("copies", _init, _apply, method="copies", build=_build)
+COPIES = kinds.Kind("copies", _init, _apply)
 MEMBER = testing.bert(
     layers=2, heads=2, head_dim=3, mlp_dim=7, vocab_size=30, max_positions=16, num_labels=2
 )
@@ -81,8 +82,9 @@ MEMBER = testing.bert(
 
 @pytest.fixture
 def copies(monkeypatch):
-    """The kind registered for one test (the table is restored after it)."""
+    """The kind and its study method registered for one test (the tables are restored after)."""
     monkeypatch.setitem(kinds.KINDS, CopiesConfig, COPIES)
+    monkeypatch.setitem(single_pass.METHODS, "copies", single_pass.SinglePass(CopiesConfig, _build))
     return COPIES
 
 

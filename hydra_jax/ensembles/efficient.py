@@ -135,11 +135,9 @@ def trainable(model: Model) -> Callable[[tuple[str, ...]], bool]:
     `hydra_jax.models.kinds`): every weight of a BatchEnsemble, a Packed-Ensemble or MIMO, only
     the adapters and member heads of a LoRA-Ensemble."""
     kind = kinds.kind_of(model.config)
-    if kind is None or kind.method is None:
-        raise TypeError(
-            f"trainable takes a single-pass ensemble "
-            f"({', '.join(kinds.single_pass())}), not {type(model.config).__name__}"
-        )
+    if kind is None:
+        names = ", ".join(k.name for k in kinds.KINDS.values())
+        raise TypeError(f"trainable takes an ensemble ({names}), not {type(model.config).__name__}")
     return kind.trainable(model.config)
 
 
@@ -153,16 +151,14 @@ def parameter_count(model: Model, member: Model | None = None) -> int:
     kind = kinds.kind_of(config)
     if kind is None or kind.parameter_count is None:
         raise TypeError(f"no weight-count formula for {type(config).__name__}")
-    if member is None and not kind.from_scratch:
-        raise ValueError(f"parameter_count of a {kind.name} needs the model it was built from")
     if member is None:  # one member's weight shapes, none of them computed
         init = lambda key: Model.init(config.member, key).params  # noqa: E731
         return kind.parameter_count(config, jax.eval_shape(init, jax.random.key(0)))
     return kind.parameter_count(config, member.params)
 
 
-# The study's builders (`hydra_jax.models.kinds`: each kind's `build` hook): the ensemble of
-# `num_members` from a study's starting `model`, its settings `config[KIND]`.
+# The study's builders (`hydra_jax.experiments.single_pass`): the ensemble of `num_members` from a
+# study's starting `model`, its settings `config[KIND]`.
 
 
 def batch_ensemble_from(

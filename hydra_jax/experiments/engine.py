@@ -49,7 +49,7 @@ from hydra_jax import ensembles
 from hydra_jax.convert.native import save_model
 from hydra_jax.data import Dataset
 from hydra_jax.evaluation import report
-from hydra_jax.experiments import evaluators, members, methods
+from hydra_jax.experiments import evaluators, members, methods, single_pass
 from hydra_jax.experiments.analyses import Context
 from hydra_jax.experiments.plan import (
     ANALYSES,
@@ -58,7 +58,7 @@ from hydra_jax.experiments.plan import (
 from hydra_jax.experiments.sources import Members
 from hydra_jax.experiments.study_inputs import Data, held_out, load_data
 from hydra_jax.experiments.workdir import CONFIG_FILE, Workdir, layout
-from hydra_jax.models import Model, kinds
+from hydra_jax.models import Model
 from hydra_jax.models.sharding import barrier, make_mesh
 from hydra_jax.training import fit
 
@@ -178,7 +178,7 @@ def train_efficient(source: Members, workdir: Workdir, kind: str, single: Model)
     config, base = source.config, source.base
     seed = members.training_seed(config, 0)
     start = source.starting_point(seed)
-    if kinds.single_pass()[kind].frozen_backbone and base is None:
+    if single_pass.METHODS[kind].frozen_backbone and base is None:
         start = single
     own_head = base is not None and getattr(base.config, "num_labels", 0) > 0
     ensemble = members.efficient_ensemble(

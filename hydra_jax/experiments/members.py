@@ -20,10 +20,11 @@ import numpy as np
 from hydra_jax import ensembles
 from hydra_jax.convert.native import CONFIG_FILE, load_model, save_model
 from hydra_jax.data import Dataset, labelled_batches, subset, uncertainty_batches
+from hydra_jax.experiments import single_pass
 from hydra_jax.experiments.artefacts import hf_dir
 from hydra_jax.experiments.workdir import Workdir
 from hydra_jax.heads import UncertaintyBatches
-from hydra_jax.models import Model, kinds
+from hydra_jax.models import Model
 from hydra_jax.training import (
     Loss,
     TrainSettings,
@@ -169,10 +170,10 @@ def efficient_ensemble(
 ) -> Model:
     """`config.ensemble_size` members of the single-pass ensemble `kind` from `model` (a
     classifier), initialised with `seed`, as its kind builds them from `config[kind]`
-    (`hydra_jax.models.kinds`): a LoRA-Ensemble gets `fresh_heads`-way member heads, one draw
+    (`single_pass.METHODS`): a LoRA-Ensemble gets `fresh_heads`-way member heads, one draw
     each (0: copies of `model`'s own fine-tuned head); a Packed-Ensemble and MIMO take only
     `model`'s architecture."""
-    build = kinds.hook(kinds.single_pass()[kind], "build")
+    build = single_pass.METHODS[kind].build
     key = jax.random.key(seed)
     return build(model, config.ensemble_size, key, config[kind], fresh_heads or None)
 
@@ -180,7 +181,7 @@ def efficient_ensemble(
 def efficient_loss(config: ml_collections.ConfigDict, kind: str, ensemble: Model) -> Loss | None:
     """The training objective of `kind` from `config[kind]` (MIMO's: each member its own
     images), or None: every member learns the labels of the batch."""
-    loss = kinds.hook(kinds.single_pass()[kind], "loss")
+    loss = single_pass.METHODS[kind].loss
     return None if loss is None else loss(ensemble, config[kind])
 
 

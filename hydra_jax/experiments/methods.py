@@ -3,8 +3,8 @@
 Each method is built from what a train stage left (`Trained`): the published member classifiers
 (`hf/member_M`), the saved fused Hydras and pruned members (`fused/S`, `pruned/S`) and the
 efficient ensembles (`efficient/KIND`: `batch_ensemble`, `lora_ensemble`, `packed_ensemble`,
-`mimo`: every kind of `hydra_jax.models.kinds` with a method). A new method is one function
-here and one line of `BUILDERS` (a new single-pass ensemble is a kind instead): it returns a
+`mimo`: every method of `single_pass.METHODS`). A new method is one function
+here and one line of `BUILDERS` (a new single-pass ensemble is an entry there): it returns a
 `Method`, a forward to `[B, M, C]` logits and its weights, and the prediction loop, metrics,
 costs and reports treat it like every other.
 """
@@ -21,9 +21,10 @@ from hydra_jax.convert import from_pretrained
 from hydra_jax.convert.native import CONFIG_FILE, load_model
 from hydra_jax.ensembles import STRATEGIES, baselines
 from hydra_jax.evaluation import Method
+from hydra_jax.experiments import single_pass
 from hydra_jax.experiments.artefacts import hf_dir, saved_method, zero_shot_dir
 from hydra_jax.experiments.workdir import Workdir, WorkdirError, split_names
-from hydra_jax.models import Model, kinds, with_dtype
+from hydra_jax.models import Model, with_dtype
 
 
 @dataclasses.dataclass
@@ -106,7 +107,7 @@ def pruned(name: str, trained: Trained) -> Method:
 
 def efficient(name: str, trained: Trained) -> Method:
     """A single-pass ensemble (`batch_ensemble`, `lora_ensemble`, `packed_ensemble`, `mimo`, any
-    kind of `hydra_jax.models.kinds` with a method): the one the members' train stage saved."""
+    method of `single_pass.METHODS`): the one the members' train stage saved."""
     return saved_method(name, trained.saved("efficient", name), trained.dtype)
 
 
@@ -122,8 +123,8 @@ MEMBER_METHODS = ("single", "deep_ensemble", "mc_dropout")
 
 
 def builders() -> dict[str, Callable[[str, Trained], Method]]:
-    """Every method by name: `BUILDERS` and the single-pass ensembles of `kinds.KINDS`."""
-    return {**BUILDERS, **dict.fromkeys(kinds.single_pass(), efficient)}
+    """Every method by name: `BUILDERS` and the single-pass ensembles (`single_pass.METHODS`)."""
+    return {**BUILDERS, **dict.fromkeys(single_pass.METHODS, efficient)}
 
 
 def check_names(names: Sequence[str] | str, empty: bool = False) -> list[str]:

@@ -14,7 +14,7 @@ import ml_collections
 from hydra_jax.data import Dataset
 from hydra_jax.data.files import DataError
 from hydra_jax.ensembles import STRATEGIES
-from hydra_jax.experiments import ablations, evaluators, members, methods, pruning
+from hydra_jax.experiments import ablations, evaluators, members, methods, pruning, single_pass
 from hydra_jax.experiments.analyses import Analysis, Context
 from hydra_jax.experiments.study_inputs import (
     Data,
@@ -23,7 +23,7 @@ from hydra_jax.experiments.study_inputs import (
     zero_shot_enabled,
 )
 from hydra_jax.experiments.workdir import Workdir, split_names
-from hydra_jax.models import Model, kinds
+from hydra_jax.models import Model
 from hydra_jax.training import TrainSettings
 
 # What a zero-shot study can run: it trains no classifier.
@@ -69,7 +69,7 @@ class Plan:
         fused_settings = None  # optional: the fused network fine-tuned as a whole
         if fused is not None and fused.epochs > 0:
             fused_settings = TrainSettings(**{**hydra_settings.__dict__, **fused.to_dict()})
-        efficient = [n for n in names if n in kinds.single_pass()] if trains_members else []
+        efficient = [n for n in names if n in single_pass.METHODS] if trains_members else []
         for kind in efficient:
             members.efficient_settings(config, kind)
         return cls(
@@ -159,13 +159,13 @@ def check_single_pass(
     config: ml_collections.ConfigDict, names: Sequence[str], architecture: Any
 ) -> None:
     """Refuses the settings (`config[KIND]`) of each single-pass ensemble named that its kind
-    cannot build on `architecture` (`hydra_jax.models.kinds`: each kind's `check`)."""
+    cannot build on `architecture` (`single_pass.METHODS`: each method's `check`)."""
     for name in names:
-        kind = kinds.single_pass()[name]
-        if kind.check is None:
+        method = single_pass.METHODS[name]
+        if method.check is None:
             continue
         try:
-            kind.check(architecture, config.ensemble_size, config[name])
+            method.check(architecture, config.ensemble_size, config[name])
         except (TypeError, ValueError) as error:
             raise ValueError(f"config.methods names {name}, but {error}") from None
 

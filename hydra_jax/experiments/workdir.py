@@ -28,8 +28,7 @@ from hydra_jax import checks
 from hydra_jax.checks import split_names
 from hydra_jax.data.text import MIN_TOKENS
 from hydra_jax.evaluation import save_predictions
-from hydra_jax.experiments import migrations
-from hydra_jax.models import kinds
+from hydra_jax.experiments import migrations, single_pass
 from hydra_jax.models.sharding import barrier, is_primary
 
 # Keys that change no result beyond float32 rounding: how a run is labelled, where
@@ -121,7 +120,7 @@ def config_differences(config: ml_collections.ConfigDict, recorded: dict) -> lis
     recorded_methods = split_names(before.get("methods", []))
     # A single-pass ensemble's settings are under its name (`mimo.`): a recorded run whose methods
     # do not name one trained none, so its settings now reproduce it.
-    inert = tuple(f"{name}." for name in kinds.single_pass() if name not in recorded_methods)
+    inert = tuple(f"{name}." for name in single_pass.METHODS if name not in recorded_methods)
     if inert:
         before = {k: v for k, v in now.items() if k.startswith(inert)} | before
     keys = sorted((set(now) | set(before)) - COSMETIC_KEYS)

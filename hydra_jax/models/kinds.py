@@ -9,19 +9,10 @@ A kind's config holds its members' architecture as `member` and their count as `
   member axis second (`logits` `[B, M, C]`);
 - `trainable(config)`: which weights train (a `fit(trainable=...)` predicate);
 - `parameter_count(config, member)`: the ensemble's weight count by its formula from one
-  member's weights (or their shapes); None: the weights it stores;
-- `method`: the study method that builds it and its settings' key (`config[method]`), None for
-  the Hydra (whose methods are `hydra_S`);
-- `build(model, num_members, rng, settings, num_labels)`: the ensemble from a study's starting
-  model (`settings`: `config[method]`; `num_labels`: fresh member heads, or None for the
-  model's own), `loss(ensemble, settings)`: its training objective (None: every member learns
-  the batch's labels), `check(architecture, num_members, settings)`: refuses settings an
-  architecture cannot take, before anything trains. These are the study's hooks; a hook given
-  as "module:function" is resolved when it is called (`hook`), since study code lives above
-  this layer;
-- `from_scratch`: it takes only the architecture (no pretrained weights can seed it);
-  `frozen_backbone`: it adapts a frozen model, so where a study trains its members from scratch
-  it starts from the trained member 0.
+  member's weights (or their shapes); None: the weights it stores.
+
+What a study does with a kind (how it builds one from a starting model, its training objective)
+is the study's own table, `hydra_jax.experiments.single_pass`.
 
 Saving and loading (`hj.save_model`) read the table for the config classes; a fused Hydra and
 every kind here have no HF format. A new kind is its own module (its config, init and apply)
@@ -31,7 +22,6 @@ and one entry, registered with `register`.
 from __future__ import annotations
 
 import dataclasses
-import pkgutil
 from collections.abc import Callable
 from typing import Any
 
@@ -52,7 +42,6 @@ EnsembleConfig = (
 ArchConfig = FamilyConfig | EnsembleConfig
 Params = Any
 InitMember = Callable[[Any, jax.Array], Params]
-Hook = Callable[..., Any] | str
 
 
 def _every_weight(config: Any) -> Callable[[tuple[str, ...]], bool]:
@@ -69,12 +58,6 @@ class Kind:
     apply: Callable[[Any, Params, dict[str, Any], jax.Array | None], Any]
     trainable: Callable[[Any], Callable[[tuple[str, ...]], bool]] = _every_weight
     parameter_count: Callable[[Any, Params], int] | None = None
-    method: str | None = None
-    build: Hook | None = None
-    loss: Hook | None = None
-    check: Callable[[Any, int, Any], None] | None = None
-    from_scratch: bool = False
-    frozen_backbone: bool = False
 
 
 def _init_hydra(config: HydraConfig, rng: jax.Array, init_member: InitMember) -> Params:
@@ -104,16 +87,6 @@ def _init_mimo(config: MimoConfig, rng: jax.Array, init_member: InitMember) -> P
     return init_member(mimo.network(config), rng)
 
 
-def _check_packed(architecture: Any, num_members: int, settings: Any) -> None:
-    packed.packed_member(architecture, num_members, settings["alpha"], settings["groups"])
-
-
-def _check_mimo(architecture: Any, num_members: int, settings: Any) -> None:
-    mimo.check_settings(settings["repetitions"], settings["input_repetition"], "mimo.")
-    MimoConfig(architecture, num_members)
-
-
-_BUILD = "hydra_jax.ensembles.efficient"
 KINDS: dict[type, Kind] = {
     HydraConfig: Kind("hydra", _init_hydra, _apply_hydra),
     BatchEnsembleConfig: Kind(
@@ -122,8 +95,6 @@ KINDS: dict[type, Kind] = {
         efficient.apply,
         efficient.trainable,
         efficient.parameter_count,
-        method="batch_ensemble",
-        build=f"{_BUILD}:batch_ensemble_from",
     ),
     LoraEnsembleConfig: Kind(
         "lora_ensemble",
@@ -131,30 +102,18 @@ KINDS: dict[type, Kind] = {
         efficient.apply,
         efficient.trainable,
         efficient.parameter_count,
-        method="lora_ensemble",
-        build=f"{_BUILD}:lora_ensemble_from",
-        frozen_backbone=True,
     ),
     PackedEnsembleConfig: Kind(
         "packed_ensemble",
         _init_packed,
         packed.apply,
         parameter_count=packed.parameter_count,
-        method="packed_ensemble",
-        build=f"{_BUILD}:packed_ensemble_from",
-        check=_check_packed,
-        from_scratch=True,
     ),
     MimoConfig: Kind(
         "mimo",
         _init_mimo,
         mimo.apply,
         parameter_count=mimo.parameter_count,
-        method="mimo",
-        build=f"{_BUILD}:mimo_from",
-        loss="hydra_jax.training:mimo_loss_from",
-        check=_check_mimo,
-        from_scratch=True,
     ),
 }
 
@@ -179,19 +138,8 @@ def named(name: str) -> Kind:
     raise KeyError(f"no ensemble kind {name!r}; kinds: {[k.name for k in KINDS.values()]}")
 
 
-def single_pass() -> dict[str, Kind]:
-    """The kinds a study builds as methods of their own, by method name."""
-    return {k.method: k for k in KINDS.values() if k.method is not None}
-
-
 def register(config_class: type, kind: Kind) -> None:
     """Adds a kind: its config class (with `member` and `num_members`) and its entry."""
     if config_class in KINDS:
         raise ValueError(f"{config_class.__name__} is already the kind {KINDS[config_class].name}")
     KINDS[config_class] = kind
-
-
-def hook(kind: Kind, name: str) -> Callable[..., Any] | None:
-    """The study hook `name` of `kind` (`build`, `loss`), resolved where given by name."""
-    value = getattr(kind, name)
-    return pkgutil.resolve_name(value) if isinstance(value, str) else value

@@ -16,7 +16,6 @@ import ml_collections
 import numpy as np
 import pytest
 from launch import run_processes
-from test_sharding import assert_trained_params_close
 
 import hydra_jax as hj
 from configs import (
@@ -37,6 +36,9 @@ from hydra_jax.evaluation import predict, softmax, xla_flops
 from hydra_jax.experiments import engine, evaluators, members, methods, plan, study_data
 from hydra_jax.experiments.workdir import LOCK_FILE, Workdir, WorkdirError, flat
 from hydra_jax.models import BertConfig, EncoderConfig
+from hydra_jax.testing import assert_trained_params_close
+
+pytestmark = pytest.mark.slow  # studies end to end, meshes, several processes
 
 REPO = Path(__file__).parent.parent
 
@@ -126,7 +128,9 @@ def test_results_equal_metrics_recomputed_from_predictions(smoke_run):
                 ood_sets, tuple(evaluators.ood_scores(config)), groups, s.knn_k, s.vim_dim
             ),
         ]
-        recomputed = evaluators.score(scoring, predictions, None)
+        recomputed = evaluators.score(
+            scoring, evaluators.Predictions.from_arrays(predictions), None
+        )
         for key, value in recomputed.items():
             assert value == results["methods"][name][key], (name, key)
         assert set(results["methods"][name]["ood"]) == {*ood_sets, "mean", "mean_near", "mean_far"}
@@ -142,13 +146,15 @@ def test_bf16_evaluation_of_the_smoke_run_is_close_to_fp32(smoke_run):
     """`eval.dtype = "bfloat16"`: the same trained models, every method's forward in bf16."""
     config, workdir, results = smoke_run
     study = engine.published(workdir, [0])[1].study
-    sets = {"id": study.test} | {f"ood_{name}": s for name, s in study.ood.items()}
     trained = methods.Trained(Workdir(workdir), config, Workdir(workdir), dtype="bfloat16")
     for method in methods.build(config.methods, trained):
-        predictions = {"labels": study.test.labels}
-        for prefix, dataset in sets.items():
+
+        def outputs(dataset, method=method):
             logits = predict(method, dataset, config.eval.batch_size, progress=False)
-            predictions |= {f"{prefix}_logits": logits, f"{prefix}_probs": softmax(logits)}
+            return evaluators.Outputs(logits, softmax(logits), dataset.labels)
+
+        ood = {name: outputs(s) for name, s in study.ood.items()}
+        predictions = evaluators.Predictions(outputs(study.test), ood)
         scoring = [evaluators.Classification(), evaluators.OODDetection(tuple(study.ood))]
         low = evaluators.score(scoring, predictions, method)
         full = results["methods"][method.name]

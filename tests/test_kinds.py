@@ -10,7 +10,7 @@ import csv
 import dataclasses
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -120,15 +120,35 @@ def test_a_kind_from_a_test_file_inits_applies_trains_and_saves(copies, tmp_path
         hj.save_pretrained(trained, tmp_path / "hf")
 
 
+@dataclasses.dataclass(frozen=True)
+class MemberAgreement:
+    """A toy evaluator: how often member 0's prediction is the ensemble's (ID test set)."""
+
+    key: ClassVar[str] = "agreement"
+    needs: ClassVar[frozenset[str]] = frozenset()
+
+    def __call__(self, predictions: evaluators.Predictions, method: Any) -> float:
+        probs = predictions.id.probs
+        return float(np.mean(probs[:, 0].argmax(-1) == probs.mean(1).argmax(-1)))
+
+    def section(self, methods: dict[str, Any]) -> list[str]:
+        rows = [f"| {name} | {r[self.key]:.3f} |" for name, r in methods.items()]
+        return ["", "## Member 0 agrees with the ensemble", "", "| method | rate |", "|---|---|",
+                *rows]  # fmt: skip
+
+
 def write_csv(path: Path, rows: list[tuple[str, str]]) -> None:
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerows([("text", "label"), *rows])
 
 
-def test_a_kind_from_a_test_file_runs_through_a_smoke_study(copies, tmp_path):
+@pytest.mark.slow
+def test_a_kind_from_a_test_file_runs_through_a_smoke_study(copies, tmp_path, monkeypatch):
     """A study method named by the kind: trained by the study from member 0's starting point
-    with its settings (`config.copies`), saved, evaluated like every method."""
+    with its settings (`config.copies`), saved, evaluated like every method, by the evaluators
+    the config names, one of them registered from this file."""
+    monkeypatch.setitem(evaluators.EVALUATORS, "agreement", lambda *_: MemberAgreement())
     checkpoint = tmp_path / "checkpoint"
     bert = testing.bert(
         layers=2, heads=2, head_dim=3, mlp_dim=7, vocab_size=30522, max_positions=40
@@ -141,6 +161,7 @@ def test_a_kind_from_a_test_file_runs_through_a_smoke_study(copies, tmp_path):
     write_csv(tmp_path / "data.csv", rows)
     config = custom.get_config("smoke")
     config.update(model=str(checkpoint), methods="single,copies", ensemble_size=2)
+    config.evaluators = "classification,ood,agreement"
     data = f"csv:{tmp_path / 'data.csv'}"
     config.data.update(train=data, test=data, ood=f"other={data}")
     config.copies = ml_collections.ConfigDict(dict(noise=0.01, train=dict(learning_rate=1e-3)))
@@ -154,6 +175,11 @@ def test_a_kind_from_a_test_file_runs_through_a_smoke_study(copies, tmp_path):
     with np.load(tmp_path / "run" / "predictions" / "copies.npz") as npz:
         assert npz["id_logits"].shape == (16, 2, 2)  # [N, M, C]
         assert "id_features" not in npz  # the toy kind's output sets no features
+        predictions = evaluators.Predictions.from_arrays(npz)
+    assert results["methods"]["copies"]["agreement"] == MemberAgreement()(predictions, None)
+    assert results["methods"]["single"]["agreement"] == 1.0  # one member: itself
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "## Member 0 agrees with the ensemble" in report
     assert 0 <= results["methods"]["copies"]["id"]["acc"] <= 1
     # Its feature detectors are left out, with the reason; the output scores are all there.
     ood = results["methods"]["copies"]["ood"]["mean"]

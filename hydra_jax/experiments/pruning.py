@@ -88,7 +88,7 @@ def curve_point(
     scoring = [evaluators.Classification(), evaluators.OODDetection(tuple(ood), ("msp",))]
     result = evaluators.score(scoring, predictions, method)
     classification, auroc = result["id"], {name: result["ood"][name]["auroc"] for name in ood}
-    probs = predictions["id_probs"][:, 0]
+    probs = predictions.id.probs[:, 0]
     point = {
         "acc": classification["acc"],
         "stability": float(np.mean(probs.argmax(-1) == reference)),

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import ml_collections
 
-from hydra_jax.experiments import evaluators
-
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
     variant, _, seed = arg.partition(",")
@@ -82,11 +80,14 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     )
     # Compute dtype of every evaluated forward pass ("bfloat16": docs/scale.md, "Precision").
     c.eval.dtype = "float32"
-    # What the evaluation reports (`hydra_jax.experiments.evaluators`): evaluators and OOD
+    # What the evaluation reports (docs/evaluation.md): evaluators and OOD
     # scores by name, and their settings (conformal alpha, detectors' fit subset, ...).
     c.evaluators = "classification,calibration,selective,conformal,ood,shift,cost"
     c.ood_scores = "msp,entropy,mi,energy,max_logit,mahalanobis,relative_mahalanobis,knn,vim"
-    c.eval.update(evaluators.eval_fields())
+    c.eval.update(
+        alpha=0.1, raps_penalty=0.01, raps_k=5, knn_k=50, vim_dim=0, feature_fit_limit=1000,
+        calibration_limit=1000, features_dtype="float16",
+    )  # fmt: skip
     if variant == "demo":  # `make demo`'s budget: see the module docstring
         c.title += " (demo)"
         c.train.epochs = 1.0

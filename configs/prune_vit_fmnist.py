@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import ml_collections
 
-from hydra_jax.experiments import pruning
-
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
     if arg not in ("", "demo", "smoke"):
@@ -28,7 +26,15 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.calibration_seed = 0
     c.methods = ()  # no rows of methods: the study is its analysis
     c.analyses = ("pruning_curves",)
-    c.pruning_curves = pruning.default_config(smoke=arg == "smoke")
+    # Criteria (random over its seeds), the fractions of heads removed, HIES alphas to choose from.
+    c.pruning_curves = ml_collections.ConfigDict(
+        dict(
+            ratios=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7),
+            criteria=("random", "l2", "his", "ad", "hies"),
+            random_seeds=(0, 1, 2),
+            alphas=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+        )
+    )
     c.data = ml_collections.ConfigDict(dict(ood_limit=1000))  # OOD sets: a fixed random subset
     c.eval = ml_collections.ConfigDict(dict(batch_size=256))
     if arg == "demo":
@@ -40,6 +46,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.calibration_size = 16
         c.data.ood_limit = 48
         c.eval.batch_size = 32
+        c.pruning_curves.update(ratios=(0.0, 0.3, 0.6), random_seeds=(0, 1), alphas=(0.0, 0.5))
     # The device mesh the run is laid out on (docs/scale.md); it changes no result.
     c.mesh = ml_collections.ConfigDict(dict(data=1, member=1, heads=1))
     c.lock()

@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from configs import custom, hydra_vit_fmnist, minilm_mr
-from hydra_jax.experiments import evaluators, plan, workdir
+from configs import (
+    custom,
+    hydra_minilm_mr,
+    hydra_vit_fmnist,
+    minilm_mr,
+    prune_minilm_mr,
+    prune_vit_fmnist,
+    vit_fmnist,
+    zero_shot_fmnist,
+)
+from hydra_jax.experiments import evaluators, plan, pruning, workdir
 
 
 def _custom(**fields):
@@ -61,3 +70,21 @@ def test_a_bad_evaluation_count_is_refused_before_the_workdir_is_claimed(key, va
 
 def test_a_validation_split_allows_temperature_scaling_and_conformal():
     plan.check(_custom(**{"data.validation": "csv:val.csv", "evaluators": "calibration"}))
+
+
+@pytest.mark.parametrize(
+    "module", [minilm_mr, hydra_minilm_mr, vit_fmnist, hydra_vit_fmnist, zero_shot_fmnist]
+)
+def test_each_study_config_declares_every_evaluation_setting(module):
+    """The configs write their settings out (they import no engine code); none may be missing,
+    or a `--config.eval.X=` override would be refused."""
+    for variant in ("", "smoke"):
+        config = module.get_config(variant)
+        assert set(evaluators.eval_fields()) <= set(config.eval), module.__name__
+
+
+@pytest.mark.parametrize("module", [prune_minilm_mr, prune_vit_fmnist])
+def test_the_pruning_configs_declare_the_analysis_defaults(module):
+    for variant, smoke in (("", False), ("smoke", True)):
+        got = module.get_config(variant).pruning_curves.to_dict()
+        assert got == pruning.default_config(smoke).to_dict(), (module.__name__, variant)

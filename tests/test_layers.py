@@ -142,3 +142,12 @@ def test_string_imports_count_as_imports(tmp_path, source, units):
     module = tmp_path / "module.py"
     module.write_text(source)
     assert imported_units(module) == units
+
+
+def test_configs_import_nothing_from_the_study_engine():
+    """Configs are data (big_vision's import only ml_collections): evaluators, scores and
+    methods by name. `custom.py` re-exports the packaged generic study's config."""
+    for path in sorted((REPO / "configs").glob("*.py")):
+        if path.name in ("custom.py", "__init__.py"):
+            continue
+        assert "experiments" not in imported_units(path), path.name

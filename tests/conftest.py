@@ -3,6 +3,7 @@ a stray float64 fails instead of broadcasting or upcasting)."""
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 import os
 import shutil
@@ -50,20 +51,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
-# The files that take longest, longest first (`make test` runs files in collection order on two
-# workers, `--no-loadscope-reorder`): started first, they end before the short files do, so
-# neither worker waits alone at the end. Only the order changes; every other file follows.
-SLOW_FILES = (
-    "test_experiments.py", "test_custom_study.py", "test_sharding.py",
-    "test_vision_experiments.py", "test_heads.py", "test_docs.py", "test_efficient_ensembles.py",
-    "test_hydra.py", "test_text_families.py", "test_vision_families.py",
-    "test_zero_shot_experiment.py",
-)  # fmt: skip
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(SLOW_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))  # stable
+    # `make test` runs files in collection order on two workers (`--no-loadscope-reorder`): the
+    # files with the most slow tests start first, so they end before the short files do and
+    # neither worker waits alone at the end. Only the order changes.
+    slow = collections.Counter(item.path for item in items if "slow" in item.keywords)
+    items.sort(key=lambda item: -slow[item.path])  # stable
     if HAS_TORCH:
         return
     skip = pytest.mark.skip(reason="torch is not installed: PyTorch parity checks skipped")

@@ -1,12 +1,15 @@
-"""Checks each family's tests share: compact == masked, and a fused Hydra == its members."""
+"""Checks each family's tests share: compact == masked, a fused Hydra == its members, and the
+circuit search's definition run naively."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+from compiled import run
 
 import hydra_jax as hj
+from hydra_jax.heads import harm
 from hydra_jax.testing import assert_close
 
 
@@ -23,3 +26,22 @@ def assert_fused_equals_members(model: hj.Model, inputs: dict[str, Any], sets: n
     logits = np.asarray(hj.hydra.fuse(members)(**inputs).logits)  # [B, M, C]
     for m, member in enumerate(members):
         assert_close(logits[:, m], member(**inputs).logits, err_msg=f"member {m}")
+
+
+def naive_circuit(model, data, n, objective):
+    """The definition, one full forward per candidate (one compiled program, masks as inputs)."""
+    L, heads = model.config.encoder.num_layers, model.config.encoder.num_heads[0]
+    inputs = [{k: v for k, v in b.items() if k != "labels"} for b in data.batches]
+    keep = np.ones((L, heads), bool)
+    for l in range(L):
+        logits = []
+        for h in range(heads):
+            mask = keep.astype(np.float32)
+            mask[l, h] = 0.0
+            logits.append(
+                np.concatenate([np.asarray(run(model, **b, head_mask=mask).logits) for b in inputs])
+            )
+        scores = harm(objective, np.stack(logits), data)
+        keep[l] = False
+        keep[l, np.argsort(-scores, kind="stable")[:n]] = True
+    return keep

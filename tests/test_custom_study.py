@@ -44,6 +44,8 @@ from hydra_jax.models import (
     ViTConfig,
 )
 
+pytestmark = pytest.mark.slow  # studies end to end, meshes, several processes
+
 REPO = Path(__file__).parent.parent
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
                    "special_tokens_map.json")  # fmt: skip

@@ -45,6 +45,7 @@ def run_blocks(page: Path, directory: Path, monkeypatch: pytest.MonkeyPatch) -> 
         exec(compile(block, str(page.relative_to(REPO)), "exec"), namespace)
 
 
+@pytest.mark.slow
 def test_readme_python_blocks_run(tmp_path, monkeypatch):
     run_blocks(REPO / "README.md", tmp_path, monkeypatch)
 
@@ -53,6 +54,7 @@ def test_the_docs_quickstart_runs(tmp_path, monkeypatch):
     run_blocks(REPO / "docs" / "index.md", tmp_path, monkeypatch)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", TUTORIALS, ids=lambda p: p.stem)
 def test_tutorial_python_blocks_run(page, tmp_path, monkeypatch):
     run_blocks(page, tmp_path, monkeypatch)

@@ -9,6 +9,7 @@ import jax
 import numpy as np
 import pytest
 from compiled import run
+from equivalences import naive_circuit
 
 import hydra_jax as hj
 from hydra_jax import hydra, testing
@@ -29,15 +30,9 @@ CONFIG = BertConfig(
 )  # fmt: skip
 
 
-def sharpened(model: hj.Model, factor: float = 5.0) -> hj.Model:
-    """Larger weights than the 0.02 init, so that heads differ clearly."""
-    return hj.Model(model.config, jax.tree.map(lambda x: x * factor if x.ndim > 1 else x,
-                                               model.params))  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def base():
-    model = sharpened(with_classifier(hj.Model.init(CONFIG, jax.random.key(0)), 2,
+    model = testing.sharpened(with_classifier(hj.Model.init(CONFIG, jax.random.key(0)), 2,
                                       jax.random.key(1)))  # fmt: skip
     rng = np.random.default_rng(0)
     mask = (np.arange(10)[None] < rng.integers(2, 11, (7, 1))).astype(np.int32)
@@ -69,16 +64,16 @@ def vision_models():
     dual_tower = hj.vision_tower(hj.Model.init(dual, jax.random.key(6)))
     return {
         "vit": (
-            sharpened(hj.Model.init(vit, jax.random.key(2)), 3.0),
+            testing.sharpened(hj.Model.init(vit, jax.random.key(2)), 3.0),
             {"pixel_values": rng.normal(size=(5, 2, 8, 8)).astype(np.float32)},
         ),
         "tower": (
-            sharpened(with_classifier(hj.Model.init(tower, jax.random.key(3)), 4,
+            testing.sharpened(with_classifier(hj.Model.init(tower, jax.random.key(3)), 4,
                                       jax.random.key(4)), 3.0),
             {"pixel_values": rng.normal(size=(5, 3, 6, 6)).astype(np.float32)},
         ),
         "dual_tower": (
-            sharpened(with_classifier(dual_tower, 4, jax.random.key(7)), 3.0),
+            testing.sharpened(with_classifier(dual_tower, 4, jax.random.key(7)), 3.0),
             {"pixel_values": rng.normal(size=(5, 1, 6, 6)).astype(np.float32)},
         ),
     }  # fmt: skip
@@ -300,25 +295,6 @@ def base_search(base):
     """One `CircuitSearch` (its compiled programs) for every search on `base`, as the library
     reuses one across members' objectives."""
     return CircuitSearch(base[0])
-
-
-def naive_circuit(model, data, n, objective):
-    """The definition, one full forward per candidate (one compiled program, masks as inputs)."""
-    L, heads = model.config.encoder.num_layers, model.config.encoder.num_heads[0]
-    inputs = [{k: v for k, v in b.items() if k != "labels"} for b in data.batches]
-    keep = np.ones((L, heads), bool)
-    for l in range(L):
-        logits = []
-        for h in range(heads):
-            mask = keep.astype(np.float32)
-            mask[l, h] = 0.0
-            logits.append(
-                np.concatenate([np.asarray(run(model, **b, head_mask=mask).logits) for b in inputs])
-            )
-        scores = harm(objective, np.stack(logits), data)
-        keep[l] = False
-        keep[l, np.argsort(-scores, kind="stable")[:n]] = True
-    return keep
 
 
 @pytest.mark.parametrize("objective", ["nll", "auroc", "avg"])

@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from test_hydra import sharpened
 
 import hydra_jax as hj
 from hydra_jax import testing
@@ -50,7 +49,7 @@ def bert():
     # that rounding its weights to bf16 alone moves its fp32 logits by 18% (a property of the
     # weights, not of the policy).
     model = with_classifier(hj.Model.init(BERT, jax.random.key(0)), 2, jax.random.key(1))
-    model = sharpened(model, 2.0)
+    model = testing.sharpened(model, 2.0)
     rng = np.random.default_rng(0)
     mask = (np.arange(9)[None] < rng.integers(2, 10, (6, 1))).astype(np.int32)
     batch = dict(input_ids=rng.integers(1, 29, (6, 9)) * mask, attention_mask=mask,

@@ -34,6 +34,8 @@ from hydra_jax.models.sharding import (
 from hydra_jax.testing import assert_close
 from hydra_jax.training import TrainSettings, fit
 
+pytestmark = pytest.mark.slow  # studies end to end, meshes, several processes
+
 L, N, K = 2, 8, 3  # 2 members keep 4 heads each: heads=4 divides both N and a member's heads
 CONFIG = BertConfig(
     testing.encoder(layers=L, heads=N, head_dim=K, mlp_dim=20, dropout=0.1),
@@ -105,22 +107,7 @@ def assert_same_results(got, want):
     for a, b in zip(got["scores"], want["scores"], strict=True):
         assert_close(a, b)
     np.testing.assert_array_equal(got["circuit"], want["circuit"])
-    assert_trained_params_close(got["fit"], want["fit"])
-
-
-def assert_trained_params_close(got, want, *, rtol: float = 0.0, atol: float = 1e-5) -> None:
-    """Trained weights equal within 1e-5 (absolute, by default; weights are at most about 1, and
-    Adam's update divides each gradient by its own scale, so float32 rounding of the gradients
-    moves a weight by about lr * 1e-6), attention key biases left out: their exact gradient is 0
-    (softmax ignores a constant shift per query), so Adam scales rounding noise (~1e-9) up to
-    steps of ~lr either way."""
-    flat_got = jax.tree_util.tree_flatten_with_path(got)[0]
-    flat_want = jax.tree_util.tree_flatten_with_path(want)[0]
-    for (path, a), (other, b) in zip(flat_got, flat_want, strict=True):
-        name = path_string(path)
-        assert name == path_string(other), (name, path_string(other))
-        if not name.endswith("key/bias"):
-            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=name)
+    testing.assert_trained_params_close(got["fit"], want["fit"])
 
 
 @pytest.fixture(scope="module")

@@ -18,13 +18,13 @@ from hydra_jax import testing
 torch = pytest.importorskip("torch", reason="torch is not installed: PyTorch parity skipped")
 transformers = pytest.importorskip("transformers")
 
+from equivalences import naive_circuit  # noqa: E402
 from hf_reference import (  # noqa: E402
     assert_outputs_close,
     head_importance,
     masked_heads,
     to_numpy,
 )
-from test_hydra import naive_circuit  # noqa: E402
 
 from hydra_jax.data import TokenizedSet, uncertainty_batches  # noqa: E402
 from hydra_jax.heads import circuit_search  # noqa: E402

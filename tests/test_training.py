@@ -14,12 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_sharding import assert_trained_params_close
 
 import hydra_jax as hj
 from hydra_jax import testing
 from hydra_jax.data import TokenizedSet, loader
 from hydra_jax.models import BertConfig, with_classifier
+from hydra_jax.testing import assert_trained_params_close
 from hydra_jax.training import (
     TrainingLog,
     TrainSettings,

@@ -15,6 +15,8 @@ from configs import ablate_vit_fmnist, hydra_vit_fmnist, prune_vit_fmnist, vit_f
 from hydra_jax import metrics
 from hydra_jax.experiments import ablations, engine
 
+pytestmark = pytest.mark.slow  # studies end to end, meshes, several processes
+
 
 @pytest.fixture(scope="module")
 def vision_run(synthetic_image_dir, tmp_path_factory):

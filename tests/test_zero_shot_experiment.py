@@ -19,6 +19,8 @@ from hydra_jax.evaluation import seeds
 from hydra_jax.experiments import dual_encoder, engine, study_data
 from hydra_jax.training import locked_text_contrastive_loss
 
+pytestmark = pytest.mark.slow  # studies end to end, meshes, several processes
+
 
 @pytest.fixture(scope="module")
 def run(synthetic_image_dir, tmp_path_factory):

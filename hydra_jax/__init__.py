@@ -30,7 +30,7 @@ from hydra_jax.convert import (
 )
 from hydra_jax.models import Model, vision_tower, with_classifier, with_dtype, zero_shot
 
-__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
+__version__ = "0.2.0.dev0"  # the one place the version is written (pyproject.toml reads it)
 
 hydra = ensembles  # the Hydra API under its own name: `hj.hydra.fuse(members)`
 

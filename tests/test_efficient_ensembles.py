@@ -34,6 +34,8 @@ from hydra_jax.models.packed import from_blocks, grouped_dense, grouped_layers, 
 from hydra_jax.testing import assert_close
 from hydra_jax.training import TrainSettings, classification_loss, fit, mimo_loss
 
+pytestmark = pytest.mark.slow  # many compiled programs (`make test-fast` leaves it out)
+
 M, C = 3, 4  # members, classes; every other size differs from both
 BERT = BertConfig(
     testing.encoder(layers=2, heads=6, head_dim=5, mlp_dim=26, dropout=0.1),

@@ -22,6 +22,8 @@ from hydra_jax.models import BertConfig, with_classifier, with_dtype
 from hydra_jax.models.dense import Dense, lecun_normal, narrow_dot, wide_dot
 from hydra_jax.training import TrainSettings, TrainState, make_optimizer, make_train_step
 
+pytestmark = pytest.mark.slow  # many compiled programs (`make test-fast` leaves it out)
+
 # bf16 keeps 8 significant bits (relative rounding 2^-9 = 0.2%); after a few layers of matmuls
 # the logits of these tiny models differ from fp32 by 1-3% of their range (measured: 0.4 to
 # 2.6%). The bound leaves room over that and still fails for a wrong cast (an fp16 or int

@@ -19,7 +19,7 @@ transformers = pytest.importorskip("transformers")
 from equivalences import assert_compact_equals_masked, assert_fused_equals_members  # noqa: E402
 from hf_reference import head_importance, masked_heads, to_numpy  # noqa: E402
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # many compiled programs
 
 CLASSES = ["t-shirt", "trouser", "ankle boot"]
 TEMPLATES = ["a photo of a {}.", "a black and white photo of a {}."]

@@ -29,7 +29,7 @@ from hf_reference import (  # noqa: E402
 from hydra_jax.data import TokenizedSet, uncertainty_batches  # noqa: E402
 from hydra_jax.heads import circuit_search  # noqa: E402
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # many compiled programs
 
 L, N, K, F, V, T = 2, 3, 5, 22, 40, 7  # distinct: a swapped axis fails
 PAD = 1  # RoBERTa's padding id (its positions start after it)

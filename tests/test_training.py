@@ -32,6 +32,8 @@ from hydra_jax.training import (
     schedule_length,
 )
 
+pytestmark = pytest.mark.slow  # many compiled programs (`make test-fast` leaves it out)
+
 CONFIG = BertConfig(
     testing.encoder(layers=2, heads=2, head_dim=5, mlp_dim=14, dropout=0.1),
     vocab_size=19, max_positions=20, type_vocab_size=2,

@@ -24,7 +24,7 @@ from hf_reference import (  # noqa: E402
     vit_out_projections,
 )
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # many compiled programs
 
 L, N, K, F = 2, 3, 5, 22  # distinct: a swapped axis fails
 SHAPE = dict(hidden_size=N * K, num_hidden_layers=L, num_attention_heads=N, image_size=12,

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from hydra_jax import checks
 from hydra_jax.models import Model
 from hydra_jax.models.outputs import ModelOutput
+from hydra_jax.models.sharding import member_vmap
 
 Forward = Callable[[Any, dict[str, jax.Array]], Any]  # (weights, batch) -> [B, M, C] logits
 Read = Callable[[ModelOutput], Any]  # what a forward returns of a model's output, per member
@@ -62,7 +63,7 @@ def deep_ensemble(model: Model, read: Read = logits) -> Forward:
 
     def forward(stacked: Any, batch: dict[str, jax.Array]) -> Any:
         member = lambda p: read(model.apply(p, **batch))  # noqa: E731  [B, ...]
-        return jax.vmap(member, out_axes=1)(stacked)  # [B, M, ...]
+        return member_vmap(member, out_axes=1)(stacked)  # [B, M, ...]
 
     return forward
 

@@ -14,6 +14,9 @@ import numpy as np
 from hydra_jax.models.config import RelativeAttention
 from hydra_jax.models.dense import Dense, as_rows, wide_dtype
 from hydra_jax.models.dropout import Dropout
+from hydra_jax.models.sharding import constrain
+
+HEAD_MAJOR = ("batch", "heads", None, None)  # logical axes of q, k, v, contexts [B, N, T, K]
 
 
 def padding_bias(
@@ -192,7 +195,8 @@ class Attention(nn.Module):
         projections = {name: projection(name) for name in ("query", "key", "value")}
         B, T = x.shape[:2]
         q, k, v = (
-            p(as_rows(x)).reshape(B, T, N, K).transpose(0, 2, 1, 3) for p in projections.values()
+            constrain(p(as_rows(x)).reshape(B, T, N, K).transpose(0, 2, 1, 3), HEAD_MAJOR)
+            for p in projections.values()
         )
         if self.rotary_theta:
             q, k = rotary(q, self.rotary_theta), rotary(k, self.rotary_theta)
@@ -212,7 +216,8 @@ class Attention(nn.Module):
         ]
         context = jnp.concatenate([c for c, _ in blocks], axis=2)  # [B, N, T, K]
         probs = jnp.concatenate([p for _, p in blocks], axis=2)  # [B, N, T, S]
-        context = context.astype(v.dtype).transpose(0, 2, 1, 3)  # [B, T, N, K]
+        context = constrain(context.astype(v.dtype), HEAD_MAJOR)
+        context = context.transpose(0, 2, 1, 3)  # [B, T, N, K]
         if head_mask is not None:
             context = context * head_mask.astype(v.dtype)[None, None, :, None]
         output = Dense(

@@ -16,6 +16,7 @@ from hydra_jax.models.config import EncoderConfig
 from hydra_jax.models.dense import Dense, as_rows, wide_dtype
 from hydra_jax.models.dropout import Dropout
 from hydra_jax.models.outputs import ModelOutput, Stem
+from hydra_jax.models.sharding import constrain
 
 
 def _quick_gelu(x: jax.Array) -> jax.Array:
@@ -219,6 +220,7 @@ class EncoderLayer(nn.Module):
         drop = Dropout(c.dropout, deterministic=deterministic)
         scale = layer_scales(self, c)
         bias = layer_bias(c, l, bias, x.shape[1])
+        x = constrain(x, ("batch", None, None))  # [B, T, D]
         if c.pre_norm:
             a, probs = attention(attention_norm(x), bias, head_mask, deterministic, distances)
             x = x + drop(scale["attention"](a))
@@ -227,7 +229,7 @@ class EncoderLayer(nn.Module):
             a, probs = attention(x, bias, head_mask, deterministic, distances)
             x = attention_norm(x + drop(a))
             x = mlp_norm(x + drop(mlp(x)))
-        return x, probs
+        return constrain(x, ("batch", None, None)), probs
 
 
 class Encoder(nn.Module):

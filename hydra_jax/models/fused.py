@@ -36,6 +36,7 @@ from hydra_jax.models.encoder import (
     mlp_block,
 )
 from hydra_jax.models.outputs import ModelOutput
+from hydra_jax.models.sharding import constrain, member_vmap, traced_mesh
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,9 +98,22 @@ def _keys(rng: jax.Array | None, M: int, salt: int) -> jax.Array | None:
 
 
 def _vmap(f, *args):
-    """`f` over the member axis; an argument that is None (no dropout key) is not mapped."""
+    """`f` over the member axis (split over the mesh's `member` axis where there is one); an
+    argument that is None (no dropout key) is not mapped."""
     axes = tuple(None if a is None else 0 for a in args)
-    return jax.vmap(f, in_axes=axes)(*args)
+    return member_vmap(f, in_axes=axes)(*args)
+
+
+def _members_split(M: int) -> bool:
+    """Whether the current mesh splits M members over its `member` axis."""
+    mesh = traced_mesh()
+    return mesh is not None and mesh.shape["member"] > 1 and M % mesh.shape["member"] == 0
+
+
+def _streams(x: jax.Array) -> jax.Array:
+    """Member streams `[M, B, T, D]` laid out on the mesh: members over `member`, rows over
+    `data`."""
+    return constrain(x, ("member", "batch", None, None))
 
 
 class _Ops:
@@ -169,7 +183,7 @@ def encode(
         scale = own.get("attention_scale")  # [M, D] with layer scale (DINOv2), else None
         first = own.get("attention_norm")  # None: ModernBERT's layer 0
         a = _vmap(attend, own["attention"], first, scale, x, keys, distances)
-        norm = jax.vmap(ops.layer_norm)
+        norm = lambda p, h: _vmap(ops.layer_norm, p, h)  # noqa: E731
         if e.pre_norm:
             x = x + a
             h = norm(own["mlp_norm"], x)
@@ -178,11 +192,15 @@ def encode(
             h = x
         # One shared MLP, applied stream by stream: on CPU each stream's [B, T, F] intermediate
         # stays in cache, where one [M, B, T, F] pass would not (`bench/ensemble.py` times the
-        # fused forward). XLA FLOPs are the same.
-        h = jnp.stack([ops.mlp.apply({"params": mlp}, h[m]) for m in range(M)])  # [M, B, T, D]
+        # fused forward). XLA FLOPs are the same. With members split over a mesh, each device
+        # runs the MLP on its own members' streams: one pass over the member axis.
+        if _members_split(M):
+            h = member_vmap(lambda s, p=mlp: ops.mlp.apply({"params": p}, s))(h)  # [M, B, T, D]
+        else:
+            h = jnp.stack([ops.mlp.apply({"params": mlp}, h[m]) for m in range(M)])
         h = _vmap(_scaled, h, own.get("mlp_scale"))
         h = _vmap(ops.dropout, h, _keys(rng, M, 4 * l + 2))
-        x = x + h if e.pre_norm else norm(own["mlp_norm"], x + h)
+        x = _streams(x + h if e.pre_norm else norm(own["mlp_norm"], x + h))
     return x
 
 
@@ -222,10 +240,20 @@ def apply(
     # stream as the earlier fused module did, and XLA rounds it identically (with unbatched
     # inputs it computed the statistics once on [B, T, D], 2e-6 apart at some padded lengths).
     # The table lookups run M times (gathers; a small patch conv for images): no measurable cost.
-    replicated = jax.tree.map(lambda v: jnp.broadcast_to(v, (M, *v.shape)), inputs)
-    stems = _vmap(embed, members, _keys(rng, M, _EMBED_SALT), replicated)
+    # On a mesh of several devices the inputs are not copied: a copy's rows merged with the
+    # member axis (as vmap does for the shared patch convolution) would lose the mesh's split of
+    # the rows, and every device would embed the whole batch.
+    keys = _keys(rng, M, _EMBED_SALT)
+    mesh = traced_mesh()
+    if mesh is None or mesh.size == 1:
+        replicated = jax.tree.map(lambda v: jnp.broadcast_to(v, (M, *v.shape)), inputs)
+        stems = _vmap(embed, members, keys, replicated)
+    else:
+        in_axes = (0, None if keys is None else 0, None)
+        stems = member_vmap(embed, in_axes=in_axes)(members, keys, inputs)
     bias = None if stems.bias is None else stems.bias[0]  # the same for every member
-    x = encode(config.member.encoder, members, shared, stems.hidden, bias, rng)  # [M, B, T, D]
+    hidden = _streams(stems.hidden)
+    x = encode(config.member.encoder, members, shared, hidden, bias, rng)  # [M, B, T, D]
     key_mask = None if stems.key_mask is None else stems.key_mask[0]  # [B, S], every member's
     head = lambda own, h, key: stage("head", own, key, h, key_mask=key_mask)  # noqa: E731
     out = _vmap(head, members, x, _keys(rng, M, _HEAD_SALT))

@@ -26,6 +26,7 @@ shards its own devices hold, so a global mesh spans hosts unchanged. To run unde
 
 from __future__ import annotations
 
+import contextvars
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -50,6 +51,23 @@ RULES: tuple[tuple[re.Pattern[str], tuple[str | None, ...]], ...] = (
     (re.compile(r"attention/out/kernel$"), ("heads", None, None)),  # [N, K, D]
 )
 MEMBERS = re.compile(r"(^|/)members/")
+
+# Logical axes of activations -> the mesh axes each may be split over, in order (the Flax /
+# MaxText convention): the models name their activations' axes (`constrain`) and this one table
+# maps them, so every program divides its work over the mesh without relying on XLA's
+# propagation. An array's `member` and `heads` axes claim their mesh axes first; `batch` takes
+# `data` and, where nothing else of the array holds it, `member`: a model with no member axis (a
+# single model, MC dropout, MIMO) on a mesh whose `member` axis is above 1 splits its batch over
+# both instead of repeating the same work on every member row of devices.
+LOGICAL_AXES: dict[str, tuple[str, ...]] = {
+    "member": ("member",),
+    "heads": ("heads",),
+    "batch": ("data", "member"),
+}
+# Set while `member_vmap` traces its function: the mapped axis holds the mesh's `member` axis.
+_MEMBER_MAPPED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "member_mapped", default=False
+)
 
 
 def make_mesh(
@@ -134,8 +152,14 @@ def batch_shardings(batch: Any, mesh: Mesh) -> Any:
 
 
 def current_mesh() -> Mesh | None:
-    """The mesh set by `jax.set_mesh`, or None."""
+    """The mesh set by `jax.set_mesh`, or None (outside `jax.jit`)."""
     mesh = jax.sharding.get_mesh()
+    return None if mesh.empty else mesh
+
+
+def traced_mesh() -> Any:
+    """The (abstract) mesh set by `jax.set_mesh`, or None: inside `jax.jit` too."""
+    mesh = jax.sharding.get_abstract_mesh()
     return None if mesh.empty else mesh
 
 
@@ -160,6 +184,99 @@ def place_batch(batch: Any) -> Any:
     """`batch` split over `data` on the current mesh; unchanged when none is set."""
     mesh = current_mesh()
     return batch if mesh is None else _put(batch, batch_shardings(batch, mesh))
+
+
+def logical_spec(axes: Sequence[str | None], shape: Sequence[int], mesh: Any) -> P:
+    """The spec of an activation whose axes are named `axes` (`LOGICAL_AXES`; None: never
+    split): each named axis takes its mesh axes that are above 1, not yet taken by another
+    axis of the array, and divide its size together."""
+    taken = {"member"} if _MEMBER_MAPPED.get() else set()
+    spec: list[Any] = [None] * len(axes)
+    names = list(LOGICAL_AXES)
+    order = sorted(
+        (i for i, a in enumerate(axes) if a is not None), key=lambda i: names.index(axes[i])
+    )
+    for i in order:
+        chosen, size = [], 1
+        for mesh_axis in LOGICAL_AXES[axes[i]]:  # type: ignore[index]
+            n = mesh.shape[mesh_axis]
+            if mesh_axis in taken or n == 1 or shape[i] % (size * n):
+                continue
+            chosen.append(mesh_axis)
+            size *= n
+        taken.update(chosen)
+        spec[i] = tuple(chosen) if len(chosen) > 1 else (chosen[0] if chosen else None)
+    return P(*spec)
+
+
+def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
+    """`x` laid out on the current mesh by its logical `axes` (`logical_spec`); unchanged when
+    no mesh of several devices is set, so a one-device program is the same program."""
+    mesh = traced_mesh()
+    if mesh is None or mesh.size == 1:
+        return x
+    if len(axes) != x.ndim:
+        raise ValueError(f"{len(axes)} logical axes {tuple(axes)} for an array of shape {x.shape}")
+    spec = logical_spec(axes, x.shape, mesh)
+    return jax.lax.with_sharding_constraint(x, spec)  # on the mesh `jax.set_mesh` set
+
+
+def member_vmap(f: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0) -> Callable[..., Any]:
+    """`jax.vmap(f)` over an ensemble's member axis: on a mesh whose `member` axis is above 1
+    and divides the member count, the mapped axis is split over it (`spmd_axis_name`), and
+    `constrain` inside `f` leaves `member` to it."""
+
+    def mapped(*args: Any) -> Any:
+        mesh = traced_mesh()
+        axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+        sizes = {
+            leaf.shape[axis]
+            for arg, axis in zip(args, axes, strict=True)
+            if axis is not None
+            for leaf in jax.tree.leaves(arg)
+        }
+        split = (
+            mesh is not None
+            and mesh.shape["member"] > 1
+            and all(n % mesh.shape["member"] == 0 for n in sizes)
+        )
+        if not split:
+            return jax.vmap(f, in_axes=in_axes, out_axes=out_axes)(*args)
+
+        def traced(*inner: Any) -> Any:
+            token = _MEMBER_MAPPED.set(True)
+            try:
+                return f(*inner)
+            finally:
+                _MEMBER_MAPPED.reset(token)
+
+        vmapped = jax.vmap(traced, in_axes=in_axes, out_axes=out_axes, spmd_axis_name="member")
+        return vmapped(*args)
+
+    return mapped
+
+
+def example_vmap(f: Callable[..., Any], in_axes: Any = 0) -> Callable[..., Any]:
+    """`jax.vmap(f)` over examples (a per-example gradient): on a mesh, the mapped axis is split
+    as a batch axis is (`LOGICAL_AXES["batch"]`: `data`, and `member` with it)."""
+
+    def mapped(*args: Any) -> Any:
+        mesh = traced_mesh()
+        axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+        sizes = {
+            leaf.shape[axis]
+            for arg, axis in zip(args, axes, strict=True)
+            if axis is not None
+            for leaf in jax.tree.leaves(arg)
+        }
+        names: tuple[str, ...] = ()
+        if mesh is not None and len(sizes) == 1:
+            spec = logical_spec(("batch",), (sizes.pop(),), mesh)[0]
+            names = (spec,) if isinstance(spec, str) else tuple(spec or ())
+        spmd = {"spmd_axis_name": names} if names else {}
+        return jax.vmap(f, in_axes=in_axes, **spmd)(*args)
+
+    return mapped
 
 
 def process_rows(batch_size: int) -> slice:

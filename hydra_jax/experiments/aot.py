@@ -93,9 +93,12 @@ def target_devices(target: str) -> tuple[list[Any], str | None]:
             f"target {target!r} compiles through libtpu, which is not installed: "
             'pip install "hydra_jax[tpu]" (no TPU needed)'
         )
-    # Quiets libtpu's start-up on a machine that is no TPU host (it looks for its workers).
+    # Quiets libtpu's start-up on a machine that is no TPU host (it looks for its workers), and
+    # lets several processes compile at once: the lock file libtpu takes guards TPU devices,
+    # which a compilation for a topology never touches.
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     topology = topologies.get_topology_desc(platform="tpu", topology_name=target)
     return list(topology.devices), kind
 

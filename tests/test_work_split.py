@@ -17,7 +17,7 @@ import hydra_jax as hj
 from hydra_jax import hydra, testing
 from hydra_jax.ensembles import baselines
 from hydra_jax.heads import scoring
-from hydra_jax.models.sharding import make_mesh, param_shardings
+from hydra_jax.models.sharding import abstract_params, make_mesh
 from hydra_jax.training import TrainSettings, TrainState, make_optimizer, make_train_step, mimo_loss
 
 pytestmark = pytest.mark.slow  # about forty compilations
@@ -55,17 +55,6 @@ def models() -> dict[str, tuple[hj.Model, bool]]:
     }
 
 
-def abstract(tree, mesh, stacked: bool = False):
-    """Shapes (and, on a mesh, the shardings `param_shardings` gives) of `tree`."""
-    if mesh is None:
-        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), tree)
-    return jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(np.shape(a), a.dtype, sharding=s),
-        tree,
-        param_shardings(tree, mesh, stacked),
-    )
-
-
 def batch(model: hj.Model, mesh) -> dict[str, jax.ShapeDtypeStruct]:
     rows = None if mesh is None else NamedSharding(mesh, P("data"))
     if "pixel_values" in hj.models.architectures.input_names(model.config):
@@ -89,16 +78,18 @@ def work(name: str, model: hj.Model, stacked: bool, mesh) -> dict[str, float]:
     features = {k: v for k, v in inputs.items() if k != "labels"}
     if stacked:
         forward = jax.jit(baselines.deep_ensemble(model))
-        weights = abstract(baselines.stack([model] * M), mesh, stacked=True)
+        weights = abstract_params(baselines.stack([model] * M), mesh, stacked=True)
         return {"forward": flops(forward.lower(weights, features).compile())}
     forward = jax.jit(lambda p, x: model.apply(p, **x).logits)
-    out = {"forward": flops(forward.lower(abstract(model.params, mesh), features).compile())}
+    out = {"forward": flops(forward.lower(abstract_params(model.params, mesh), features).compile())}
     optimizer = make_optimizer(TrainSettings(), 100)
     loss = mimo_loss(model, 2, 0.5) if name == "mimo" else None
     step = make_train_step(model, optimizer, loss)
     state = jax.eval_shape(lambda p: TrainState.create(p, optimizer), model.params)
     key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
-    out["train_step"] = flops(step.single.lower(abstract(state, mesh), inputs, key).compile())
+    out["train_step"] = flops(
+        step.single.lower(abstract_params(state, mesh), inputs, key).compile()
+    )
     return out
 
 
@@ -122,7 +113,7 @@ def test_head_scores_and_mc_dropout_divide_their_work():
 
     def programs(mesh) -> dict[str, float]:
         inputs = batch(model, mesh)
-        weights = abstract(model.params, mesh)
+        weights = abstract_params(model.params, mesh)
         pixels = {"pixel_values": inputs["pixel_values"]}
         return {
             "scores": flops(stats.lower(weights, inputs).compile()),

@@ -26,7 +26,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 from jax.experimental import topologies
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -35,7 +34,7 @@ from hydra_jax import hydra, testing
 from hydra_jax.ensembles import baselines
 from hydra_jax.models import HydraConfig, Model, with_dtype
 from hydra_jax.models.architectures import input_names
-from hydra_jax.models.sharding import AXES, make_mesh, param_shardings
+from hydra_jax.models.sharding import AXES, abstract_params, make_mesh
 from hydra_jax.training import TrainSettings, TrainState, make_optimizer, make_train_step
 
 # Published per-chip figures (Google Cloud TPU documentation, "TPU versions"): dense bf16 peak
@@ -182,16 +181,6 @@ def _inputs(model: Model, batch: int, config: ml_collections.ConfigDict, mesh: M
     return inputs, jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=rows)
 
 
-def _placed(tree: Any, mesh: Mesh | None, stacked: bool = False) -> Any:
-    if mesh is None:
-        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), tree)
-    return jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(np.shape(a), a.dtype, sharding=s),
-        tree,
-        param_shardings(tree, mesh, stacked),
-    )
-
-
 def compiled_programs(
     model: Model, stacked: bool, config: ml_collections.ConfigDict, mesh: Mesh | None
 ) -> dict[str, Any]:
@@ -206,17 +195,19 @@ def compiled_programs(
             lambda a: jax.ShapeDtypeStruct((M, *a.shape), a.dtype), model.params
         )
         forward = jax.jit(baselines.deep_ensemble(model))
-        out["predict"] = forward.lower(_placed(stacked_params, mesh, True), inputs).compile()
+        out["predict"] = forward.lower(
+            abstract_params(stacked_params, mesh, True), inputs
+        ).compile()
         return out
     forward = jax.jit(lambda p, x: model.apply(p, **x).logits)
-    out["predict"] = forward.lower(_placed(model.params, mesh), inputs).compile()
+    out["predict"] = forward.lower(abstract_params(model.params, mesh), inputs).compile()
     inputs, labels = _inputs(model, config.plan.train_batch, config, mesh)
     optimizer = make_optimizer(TrainSettings(), 1000)
     step = make_train_step(model, optimizer)
     state = jax.eval_shape(lambda p: TrainState.create(p, optimizer), model.params)
     key = jax.eval_shape(lambda: jax.random.key(0))  # no computation: the mesh may be a TPU
     batch = inputs | {"labels": labels}
-    out["train_step"] = step.single.lower(_placed(state, mesh), batch, key).compile()
+    out["train_step"] = step.single.lower(abstract_params(state, mesh), batch, key).compile()
     return out
 
 

@@ -36,7 +36,7 @@ from hydra_jax.models.encoder import (
     mlp_block,
 )
 from hydra_jax.models.outputs import ModelOutput
-from hydra_jax.models.sharding import constrain, member_vmap, traced_mesh
+from hydra_jax.models.sharding import constrain, member_vmap, members_split, traced_mesh
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,12 +102,6 @@ def _vmap(f, *args):
     argument that is None (no dropout key) is not mapped."""
     axes = tuple(None if a is None else 0 for a in args)
     return member_vmap(f, in_axes=axes)(*args)
-
-
-def _members_split(M: int) -> bool:
-    """Whether the current mesh splits M members over its `member` axis."""
-    mesh = traced_mesh()
-    return mesh is not None and mesh.shape["member"] > 1 and M % mesh.shape["member"] == 0
 
 
 def _streams(x: jax.Array) -> jax.Array:
@@ -194,7 +188,7 @@ def encode(
         # stays in cache, where one [M, B, T, F] pass would not (`bench/ensemble.py` times the
         # fused forward). XLA FLOPs are the same. With members split over a mesh, each device
         # runs the MLP on its own members' streams: one pass over the member axis.
-        if _members_split(M):
+        if members_split(M):
             h = member_vmap(lambda s, p=mlp: ops.mlp.apply({"params": p}, s))(h)  # [M, B, T, D]
         else:
             h = jnp.stack([ops.mlp.apply({"params": mlp}, h[m]) for m in range(M)])

@@ -132,6 +132,18 @@ def param_spec(path: str, shape: tuple[int, ...], mesh: Mesh, stacked: bool = Fa
     return _fit(axes, shape, mesh)
 
 
+def abstract_params(tree: Any, mesh: Mesh | None = None, stacked: bool = False) -> Any:
+    """`jax.ShapeDtypeStruct`s of `tree`'s leaves, on `mesh` laid out by `param_shardings`: what
+    `jax.jit(f).lower` takes to compile for weights that need not exist."""
+    if mesh is None:
+        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), tree)
+    return jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(np.shape(a), a.dtype, sharding=s),
+        tree,
+        param_shardings(tree, mesh, stacked),
+    )
+
+
 def param_shardings(tree: Any, mesh: Mesh, stacked: bool = False) -> Any:
     """`NamedSharding`s for every leaf of a weight (or train state) tree."""
     return jax.tree_util.tree_map_with_path(
@@ -221,26 +233,32 @@ def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
     return jax.lax.with_sharding_constraint(x, spec)  # on the mesh `jax.set_mesh` set
 
 
+def _mapped_sizes(args: tuple[Any, ...], in_axes: Any) -> set[int]:
+    """The sizes of the axes `jax.vmap(f, in_axes)(*args)` maps over."""
+    axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+    return {
+        leaf.shape[axis]
+        for arg, axis in zip(args, axes, strict=True)
+        if axis is not None
+        for leaf in jax.tree.leaves(arg)
+    }
+
+
+def members_split(num_members: int) -> bool:
+    """Whether the current (traced) mesh splits `num_members` members over its `member` axis:
+    one above 1 that divides them."""
+    mesh = traced_mesh()
+    return mesh is not None and mesh.shape["member"] > 1 and num_members % mesh.shape["member"] == 0
+
+
 def member_vmap(f: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0) -> Callable[..., Any]:
     """`jax.vmap(f)` over an ensemble's member axis: on a mesh whose `member` axis is above 1
     and divides the member count, the mapped axis is split over it (`spmd_axis_name`), and
     `constrain` inside `f` leaves `member` to it."""
 
     def mapped(*args: Any) -> Any:
-        mesh = traced_mesh()
-        axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
-        sizes = {
-            leaf.shape[axis]
-            for arg, axis in zip(args, axes, strict=True)
-            if axis is not None
-            for leaf in jax.tree.leaves(arg)
-        }
-        split = (
-            mesh is not None
-            and mesh.shape["member"] > 1
-            and all(n % mesh.shape["member"] == 0 for n in sizes)
-        )
-        if not split:
+        sizes = _mapped_sizes(args, in_axes)
+        if not sizes or not all(members_split(n) for n in sizes):
             return jax.vmap(f, in_axes=in_axes, out_axes=out_axes)(*args)
 
         def traced(*inner: Any) -> Any:
@@ -261,14 +279,7 @@ def example_vmap(f: Callable[..., Any], in_axes: Any = 0) -> Callable[..., Any]:
     as a batch axis is (`LOGICAL_AXES["batch"]`: `data`, and `member` with it)."""
 
     def mapped(*args: Any) -> Any:
-        mesh = traced_mesh()
-        axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
-        sizes = {
-            leaf.shape[axis]
-            for arg, axis in zip(args, axes, strict=True)
-            if axis is not None
-            for leaf in jax.tree.leaves(arg)
-        }
+        mesh, sizes = traced_mesh(), _mapped_sizes(args, in_axes)
         names: tuple[str, ...] = ()
         if mesh is not None and len(sizes) == 1:
             spec = logical_spec(("batch",), (sizes.pop(),), mesh)[0]

@@ -19,6 +19,8 @@ needs only the core dependencies; the studies' packages (`pip install "hydra_jax
 load where they are used.
 """
 
+from typing import Any
+
 from hydra_jax import data, ensembles, heads, metrics, models
 from hydra_jax.convert import (
     ConversionError,
@@ -28,11 +30,26 @@ from hydra_jax.convert import (
     save_model,
     save_pretrained,
 )
-from hydra_jax.models import Model, vision_tower, with_classifier, with_dtype, zero_shot
+from hydra_jax.models import Model, vision_tower, with_classifier, with_dtype, with_remat, zero_shot
 
 __version__ = "0.2.0.dev0"  # the one place the version is written (pyproject.toml reads it)
 
 hydra = ensembles  # the Hydra API under its own name: `hj.hydra.fuse(members)`
+
+
+def plan(config: Any, target: str, mesh: dict[str, int] | None = None) -> dict[str, Any]:
+    """`hydra-jax plan` as a function: a config's programs compiled for `target` (`cpu:N`, or a
+    TPU topology such as `v5e:2x4` through libtpu, `pip install "hydra_jax[tpu]"`) on a mesh of
+    axis sizes (default: every device on `data`), with abstract weights. `config`: a config
+    file `FILE[:ARG]` or its `ml_collections.ConfigDict`. Returns `{"target", "devices",
+    "mesh", "rows"}`, a row per method and program (`hydra_jax.experiments.aot.Row`).
+
+    Needs the studies extra (the config system); a `cpu:N` target needs N CPU devices set before
+    JAX starts (`JAX_NUM_CPU_DEVICES`; the command line sets them itself)."""
+    from hydra_jax.experiments import aot  # the top of the package: loaded when called
+
+    return aot.plan(aot.load_config(config) if isinstance(config, str) else config, target, mesh)
+
 
 __all__ = [
     "ConversionError",
@@ -47,10 +64,12 @@ __all__ = [
     "metrics",
     "minilm_l6_path",
     "models",
+    "plan",
     "save_model",
     "save_pretrained",
     "vision_tower",
     "with_classifier",
     "with_dtype",
+    "with_remat",
     "zero_shot",
 ]

@@ -33,7 +33,7 @@ from hydra_jax import extras
 from hydra_jax.data import Dataset, loader
 from hydra_jax.metrics import check_labels
 from hydra_jax.models import Model, member_of, mimo
-from hydra_jax.models.sharding import place_local_batch, place_params
+from hydra_jax.models.sharding import constrain_params, place_local_batch, place_params
 from hydra_jax.models.vit import normalise
 
 logger = logging.getLogger(__name__)
@@ -322,6 +322,7 @@ def make_train_step(
             updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         new = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+        new = constrain_params(new)  # laid out as the state it took (on a mesh)
         return new, {"loss": loss, "accuracy": accuracy, "grad_norm": optax.tree.norm(grads)}
 
     def steps(

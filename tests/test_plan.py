@@ -11,6 +11,7 @@ import re
 import jax
 import pytest
 
+import hydra_jax as hj
 from configs.paper import bert_base_sst2, vit_b16_imagenet
 from hydra_jax.experiments import aot, cli
 
@@ -138,3 +139,15 @@ def test_the_docs_table_of_a_plan_gives_the_hydras_ratios():
     assert ("hydra / single", "train_step") not in rows  # no train_step rows to compare
     single = rows[("single", "predict")]
     assert single["fits"] == "yes" and single["gflop"] == 2 and single["moved"] == 4
+
+
+def test_hj_plan_takes_a_config_as_the_command_does():
+    config = vit_b16_imagenet.get_config("smoke")
+    with config.unlocked():
+        config.plan.methods = "single"
+    result = hj.plan(config, "cpu:8", {"data": 8})
+    assert [(r["method"], r["program"]) for r in result["rows"]] == [
+        ("single", "predict"),
+        ("single", "train_step"),
+    ]
+    assert all(r["work_split"] <= 1.10 for r in result["rows"])

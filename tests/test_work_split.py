@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 import hydra_jax as hj
 from hydra_jax import hydra, testing
 from hydra_jax.ensembles import baselines
-from hydra_jax.heads import scoring
+from hydra_jax.heads import circuit, scoring
 from hydra_jax.models.sharding import abstract_params, make_mesh
 from hydra_jax.training import TrainSettings, TrainState, make_optimizer, make_train_step, mimo_loss
 
@@ -87,9 +87,13 @@ def work(name: str, model: hj.Model, stacked: bool, mesh) -> dict[str, float]:
     step = make_train_step(model, optimizer, loss)
     state = jax.eval_shape(lambda p: TrainState.create(p, optimizer), model.params)
     key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
-    out["train_step"] = flops(
-        step.single.lower(abstract_params(state, mesh), inputs, key).compile()
-    )
+    weights = abstract_params(state, mesh)
+    compiled = step.single.lower(weights, inputs, key).compile()
+    if mesh is not None:  # the step returns the state laid out as it took it
+        placed = jax.tree.map(lambda w: w.sharding, weights)
+        returned = compiled.output_shardings[0]
+        assert jax.tree.all(jax.tree.map(lambda a, b: a.is_equivalent_to(b, 2), placed, returned))
+    out["train_step"] = flops(compiled)
     return out
 
 
@@ -119,6 +123,31 @@ def test_head_scores_and_mc_dropout_divide_their_work():
             "scores": flops(stats.lower(weights, inputs).compile()),
             "mc_dropout": flops(mc.lower(weights, pixels).compile()),
         }
+
+    one = programs(None)
+    for label, shape in MESHES.items():
+        mesh = make_mesh(*shape)
+        with jax.set_mesh(mesh):
+            split = {k: v * mesh.size / one[k] for k, v in programs(mesh).items()}
+        assert all(s <= LIMIT for s in split.values()), (label, split)
+
+
+def test_circuit_search_divides_its_work():
+    """Circuit search's two programs (a layer's advance, the suffix's logits), with their
+    outputs split by rows."""
+    model = hj.Model.init(VIT, jax.random.key(7))
+    search = circuit.CircuitSearch(model)
+    L = VIT.encoder.num_layers
+
+    def programs(mesh) -> dict[str, float]:
+        pixels = {"pixel_values": batch(model, mesh)["pixel_values"]}
+        weights = abstract_params(model.params, mesh)
+        mask = jax.ShapeDtypeStruct((L, N), jnp.float32)
+        advance = search._advance.lower(weights, pixels, None, mask, l=0).compile()
+        suffix = search._suffix.lower(weights, pixels, None, mask, l=0).compile()
+        if mesh is not None:
+            assert suffix.output_shardings.spec[0] in ("data", ("data", "member")), suffix
+        return {"advance": flops(advance), "suffix": flops(suffix)}
 
     one = programs(None)
     for label, shape in MESHES.items():

@@ -36,7 +36,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         dict(
             methods="single,deep_ensemble,hydra",
             num_members=4, member_heads=6, predict_batch=256, train_batch=32, tokens=128,
-            dtype="bfloat16",
+            dtype="bfloat16", remat=False,
         )
     )  # fmt: skip
     c.lock()

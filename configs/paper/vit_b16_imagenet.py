@@ -12,7 +12,9 @@ Where the numbers come from: ViT-B/16's sizes are the checkpoint's (12 layers of
 MLP 3,072, LayerNorm epsilon 1e-12); the paper gives no batch size or member count, so
 training uses batch 512, the standard ViT fine-tuning recipe (Dosovitskiy et al., 2021;
 big_vision), prediction batch 256, and the Hydra 4 members of 6 heads per layer (half the
-heads, as the paper's ViT members keep); bf16 compute, as on TPUs. `:rivals` adds BatchEnsemble
+heads, as the paper's ViT members keep); bf16 compute, as on TPUs. The training step
+rematerialises each layer (`plan.remat`, `hydra_jax.with_remat`): without it the Hydra's step at
+batch 512 does not fit a v5e chip's 16 GB. `:rivals` adds BatchEnsemble
 and LoRA-Ensemble; `:smoke` plans them all on a shrunk model and batches for a check in seconds
 (the test suite plans it for 8 CPU devices).
 """
@@ -41,7 +43,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         dict(
             methods="single,deep_ensemble,hydra",
             num_members=4, member_heads=6, predict_batch=256, train_batch=512, tokens=0,
-            dtype="bfloat16",
+            dtype="bfloat16", remat=True,
         )
     )  # fmt: skip
     if arg in ("rivals", "smoke"):  # the single-pass rivals too

@@ -29,6 +29,7 @@ from hydra_jax.models.sharding import (
     place_local_batch,
     place_params,
     process_rows,
+    rows_sharding,
 )
 
 
@@ -70,7 +71,11 @@ def predict(
         raise ValueError(f"{method.name}: no examples to predict")
     if features and method.features is None:
         raise NoFeaturesError(f"{method.name} has no features forward")
-    forward = jax.jit(method.features if features else method.forward)
+    # Outputs split by rows as the inputs are (on a mesh; `jax.jit` still caches the program on
+    # `method.forward`, the layout being part of its key).
+    forward = jax.jit(
+        method.features if features else method.forward, out_shardings=rows_sharding(batch_size)
+    )
     weights = place_params(method.weights, method.stacked)  # on the current mesh, if any
     out: list[np.ndarray] | None = None
     batches = tqdm(

@@ -4,7 +4,8 @@ and a roofline time on a mesh of CPU devices or of a TPU topology, from a CPU.
 Weights are abstract (`jax.eval_shape`): nothing is downloaded or materialised. A config names
 its model by `architecture` (family and sizes, `plan_architecture`), the methods to plan
 (`plan.methods`), the member count and the heads each Hydra member keeps, the batch sizes of
-prediction and training, and the compute dtype. Each method's programs are compiled for the
+prediction and training, the compute dtype and whether training rematerialises each layer
+(`plan.remat`). Each method's programs are compiled for the
 target's devices under its mesh, and once for one CPU device: the work split is the per-device
 FLOPs times the device count over the one-device FLOPs (1.00: the work divides evenly). TPU
 targets (`v5e:2x4`, `v4:2x2x2`, `v5p:2x2x2`, `v6e:2x4`, ...) compile through libtpu
@@ -32,9 +33,9 @@ from jax.sharding import PartitionSpec as P
 
 from hydra_jax import hydra, testing
 from hydra_jax.ensembles import baselines
-from hydra_jax.models import HydraConfig, Model, with_dtype
+from hydra_jax.models import HydraConfig, Model, with_dtype, with_remat
 from hydra_jax.models.architectures import input_names
-from hydra_jax.models.sharding import AXES, abstract_params, make_mesh
+from hydra_jax.models.sharding import AXES, abstract_params, make_mesh, rows_sharding
 from hydra_jax.training import TrainSettings, TrainState, make_optimizer, make_train_step
 
 # Published per-chip figures (Google Cloud TPU documentation, "TPU versions"): dense bf16 peak
@@ -184,26 +185,28 @@ def _inputs(model: Model, batch: int, config: ml_collections.ConfigDict, mesh: M
 def compiled_programs(
     model: Model, stacked: bool, config: ml_collections.ConfigDict, mesh: Mesh | None
 ) -> dict[str, Any]:
-    """`predict` (the member logits of a prediction batch) and, but for a stacked Deep Ensemble
-    (whose members train one by one, as `single`), `train_step` (one AdamW step of a training
-    batch), compiled for `mesh` (None: one CPU device)."""
+    """`predict` (the member logits of a prediction batch, split by rows as `predict` declares
+    them) and, but for a stacked Deep Ensemble (whose members train one by one, as `single`),
+    `train_step` (one AdamW step of a training batch; each layer rematerialised with
+    `plan.remat`), compiled for `mesh` (None: one CPU device)."""
     M = config.plan.num_members
     out = {}
     inputs, labels = _inputs(model, config.plan.predict_batch, config, mesh)
+    rows = rows_sharding(config.plan.predict_batch)
     if stacked:
         stacked_params = jax.tree.map(
             lambda a: jax.ShapeDtypeStruct((M, *a.shape), a.dtype), model.params
         )
-        forward = jax.jit(baselines.deep_ensemble(model))
+        forward = jax.jit(baselines.deep_ensemble(model), out_shardings=rows)
         out["predict"] = forward.lower(
             abstract_params(stacked_params, mesh, True), inputs
         ).compile()
         return out
-    forward = jax.jit(lambda p, x: model.apply(p, **x).logits)
+    forward = jax.jit(lambda p, x: model.apply(p, **x).logits, out_shardings=rows)
     out["predict"] = forward.lower(abstract_params(model.params, mesh), inputs).compile()
     inputs, labels = _inputs(model, config.plan.train_batch, config, mesh)
     optimizer = make_optimizer(TrainSettings(), 1000)
-    step = make_train_step(model, optimizer)
+    step = make_train_step(with_remat(model, config.plan.remat), optimizer)
     state = jax.eval_shape(lambda p: TrainState.create(p, optimizer), model.params)
     key = jax.eval_shape(lambda: jax.random.key(0))  # no computation: the mesh may be a TPU
     batch = inputs | {"labels": labels}

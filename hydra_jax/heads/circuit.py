@@ -25,7 +25,7 @@ import numpy as np
 from hydra_jax import metrics
 from hydra_jax.heads.scoring import minmax
 from hydra_jax.models import Model, encoder_of, input_names
-from hydra_jax.models.sharding import place_batch, place_params, to_host
+from hydra_jax.models.sharding import place_batch, place_params, rows_out, to_host
 
 Objective = Literal["nll", "auroc", "avg"]
 OBJECTIVES = ("nll", "auroc", "avg")
@@ -87,8 +87,8 @@ class CircuitSearch:
             hidden, _ = model.encode(params, s, head_mask=mask, layers=(l, self.L))
             return model.head(params, hidden, key_mask=s.key_mask).logits
 
-        self._advance = jax.jit(advance, static_argnames="l")
-        self._suffix = jax.jit(suffix, static_argnames="l")
+        self._advance = jax.jit(rows_out(advance), static_argnames="l")
+        self._suffix = jax.jit(rows_out(suffix), static_argnames="l")
 
     def __call__(
         self, data: UncertaintyBatches, keep_per_layer: int, objective: Objective = "avg"

@@ -38,7 +38,7 @@ from hydra_jax.models.dual_encoder import DualEncoderConfig
 from hydra_jax.models.efficient import BatchEnsembleConfig, LoraEnsembleConfig
 from hydra_jax.models.fused import HydraConfig
 from hydra_jax.models.mimo import MimoConfig
-from hydra_jax.models.model import Model, vision_tower, with_classifier, with_dtype
+from hydra_jax.models.model import Model, vision_tower, with_classifier, with_dtype, with_remat
 from hydra_jax.models.modernbert import ModernBertConfig
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
 from hydra_jax.models.packed import PackedEnsembleConfig
@@ -90,5 +90,6 @@ __all__ = [
     "vision_tower",
     "with_classifier",
     "with_dtype",
+    "with_remat",
     "zero_shot",
 ]

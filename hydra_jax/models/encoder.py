@@ -272,9 +272,11 @@ class Encoder(nn.Module):
             norm = LayerNorm(c.layer_norm_eps, name="rel_norm") if c.relative.norm else None
             distances = table if norm is None else norm(table)  # as `distance_embeddings`
         attentions = []
+        # `deterministic` (argument 4, counting the module) is a Python bool, static to remat.
+        kind = nn.remat(EncoderLayer, static_argnums=(4,)) if c.remat else EncoderLayer
         for l in range(start, stop):
             mask = None if head_mask is None else head_mask[l]
-            layer = EncoderLayer(c, c.num_heads[l], l, name=f"layer_{l}")
+            layer = kind(c, c.num_heads[l], l, name=f"layer_{l}")
             x, probs = layer(x, bias, mask, deterministic, distances)
             attentions.append(probs)
         return x, tuple(attentions)

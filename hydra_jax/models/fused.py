@@ -15,6 +15,7 @@ as the family's encoder is; the family's own `head` stage, `vmap`ped, gives `[B,
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -157,6 +158,46 @@ def _attend(ops: _Ops, attention: Attention, bias: jax.Array | None):
     return attend
 
 
+def _layer(
+    e: EncoderConfig,
+    ops: _Ops,
+    l: int,
+    n: int,
+    bias: jax.Array | None,
+    own: Params,
+    mlp: Params,
+    x: jax.Array,
+    rng: jax.Array | None,
+    distances: jax.Array | None,
+) -> jax.Array:
+    """Fused layer `l` (`n` heads per member) on member streams `x` `[M, B, T, D]`: `own`, the
+    members' stacked weights of the layer, `mlp` the shared MLP's."""
+    M = x.shape[0]
+    attend = _attend(ops, ops.attention(l, n), bias)
+    keys = _keys(rng, M, 4 * l)
+    scale = own.get("attention_scale")  # [M, D] with layer scale (DINOv2), else None
+    first = own.get("attention_norm")  # None: ModernBERT's layer 0
+    a = _vmap(attend, own["attention"], first, scale, x, keys, distances)
+    norm = lambda p, h: _vmap(ops.layer_norm, p, h)  # noqa: E731
+    if e.pre_norm:
+        x = x + a
+        h = norm(own["mlp_norm"], x)
+    else:
+        x = norm(own["attention_norm"], x + a)
+        h = x
+    # One shared MLP, applied stream by stream: on CPU each stream's [B, T, F] intermediate
+    # stays in cache, where one [M, B, T, F] pass would not (`bench/ensemble.py` times the
+    # fused forward). XLA FLOPs are the same. With members split over a mesh, each device
+    # runs the MLP on its own members' streams: one pass over the member axis.
+    if members_split(M):
+        h = member_vmap(lambda s: ops.mlp.apply({"params": mlp}, s))(h)  # [M, B, T, D]
+    else:
+        h = jnp.stack([ops.mlp.apply({"params": mlp}, h[m]) for m in range(M)])
+    h = _vmap(_scaled, h, own.get("mlp_scale"))
+    h = _vmap(ops.dropout, h, _keys(rng, M, 4 * l + 2))
+    return _streams(x + h if e.pre_norm else norm(own["mlp_norm"], x + h))
+
+
 def encode(
     e: EncoderConfig,
     members: Params,
@@ -166,35 +207,14 @@ def encode(
     rng: jax.Array | None,
 ) -> jax.Array:
     """The fused layer stack on member streams `x` `[M, B, T, D]` -> `[M, B, T, D]`."""
-    ops, M = _Ops(e), x.shape[0]
+    ops = _Ops(e)
     distances = None  # DeBERTa: each member's own distance embeddings [M, 2A, D]
     if e.relative is not None:
         distances = jax.vmap(lambda p: distance_embeddings(p, e))(members["encoder"])
     for l, n in enumerate(e.num_heads):
         own, mlp = members["encoder"][f"layer_{l}"], shared["encoder"][f"layer_{l}"]["mlp"]
-        attend = _attend(ops, ops.attention(l, n), layer_bias(e, l, bias, x.shape[2]))
-        keys = _keys(rng, M, 4 * l)
-        scale = own.get("attention_scale")  # [M, D] with layer scale (DINOv2), else None
-        first = own.get("attention_norm")  # None: ModernBERT's layer 0
-        a = _vmap(attend, own["attention"], first, scale, x, keys, distances)
-        norm = lambda p, h: _vmap(ops.layer_norm, p, h)  # noqa: E731
-        if e.pre_norm:
-            x = x + a
-            h = norm(own["mlp_norm"], x)
-        else:
-            x = norm(own["attention_norm"], x + a)
-            h = x
-        # One shared MLP, applied stream by stream: on CPU each stream's [B, T, F] intermediate
-        # stays in cache, where one [M, B, T, F] pass would not (`bench/ensemble.py` times the
-        # fused forward). XLA FLOPs are the same. With members split over a mesh, each device
-        # runs the MLP on its own members' streams: one pass over the member axis.
-        if members_split(M):
-            h = member_vmap(lambda s, p=mlp: ops.mlp.apply({"params": p}, s))(h)  # [M, B, T, D]
-        else:
-            h = jnp.stack([ops.mlp.apply({"params": mlp}, h[m]) for m in range(M)])
-        h = _vmap(_scaled, h, own.get("mlp_scale"))
-        h = _vmap(ops.dropout, h, _keys(rng, M, 4 * l + 2))
-        x = _streams(x + h if e.pre_norm else norm(own["mlp_norm"], x + h))
+        layer = functools.partial(_layer, e, ops, l, n, layer_bias(e, l, bias, x.shape[2]))
+        x = (jax.checkpoint(layer) if e.remat else layer)(own, mlp, x, rng, distances)
     return x
 
 

@@ -21,7 +21,7 @@ from hydra_jax.models.architectures import (
     input_names,
     module_of,
 )
-from hydra_jax.models.config import EncoderConfig, member_of, with_compute_dtype
+from hydra_jax.models.config import EncoderConfig, member_of, with_compute_dtype, with_encoders
 from hydra_jax.models.inputs import check_head_mask
 from hydra_jax.models.kinds import ArchConfig
 from hydra_jax.models.outputs import CLIPOutput, ModelOutput, Stem
@@ -225,6 +225,14 @@ def with_dtype(model: Model, dtype: str, hidden: str = "float32") -> Model:
     measures both); bfloat16 products run on the CPU's bfloat16 units where it has them.
     """
     return Model(with_compute_dtype(model.config, dtype, hidden), model.params)
+
+
+def with_remat(model: Model, remat: bool = True) -> Model:
+    """The model rematerialising each encoder layer in its gradients (`EncoderConfig.remat`),
+    with the same weights: training keeps each layer's input only and recomputes the rest in
+    the backward pass (a fraction of the activation memory for about a third more FLOPs), as a
+    batch too large for a chip's memory needs. Outputs and gradients are the same values."""
+    return Model(with_encoders(model.config, remat=remat), model.params)
 
 
 def vision_tower(model: Model) -> Model:

@@ -233,6 +233,42 @@ def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
     return jax.lax.with_sharding_constraint(x, spec)  # on the mesh `jax.set_mesh` set
 
 
+def constrain_params(tree: Any, stacked: bool = False) -> Any:
+    """A weight (or train state) tree laid out by `RULES` on the current (traced) mesh, as
+    `param_shardings` places it: a jitted step's declared output layout, so the state it returns
+    is the state it takes. Unchanged when no mesh of several devices is set."""
+    mesh = traced_mesh()
+    if mesh is None or mesh.size == 1:
+        return tree
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: jax.lax.with_sharding_constraint(
+            x, param_spec(path_string(path), np.shape(x), mesh, stacked)
+        ),
+        tree,
+    )
+
+
+def rows_out(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`f` with every output's leading axis declared a batch axis (`constrain`): a jitted
+    program's output layout, split over the mesh as its input rows are."""
+
+    def constrained(*args: Any, **kwargs: Any) -> Any:
+        return jax.tree.map(
+            lambda y: constrain(y, ("batch",) + (None,) * (y.ndim - 1)), f(*args, **kwargs)
+        )
+
+    return constrained
+
+
+def rows_sharding(batch_size: int) -> NamedSharding | None:
+    """The layout of outputs whose leading axis holds a batch of `batch_size` rows on the current
+    mesh (`LOGICAL_AXES["batch"]`), for `jax.jit(..., out_shardings=)`; None without a mesh."""
+    mesh = current_mesh()
+    if mesh is None:
+        return None
+    return NamedSharding(mesh, logical_spec(("batch",), (batch_size,), mesh))
+
+
 def _mapped_sizes(args: tuple[Any, ...], in_axes: Any) -> set[int]:
     """The sizes of the axes `jax.vmap(f, in_axes)(*args)` maps over."""
     axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)

@@ -89,5 +89,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
         c.base_workdir += f"_seed{seed}"
     # The device mesh the run is laid out on (docs/scale.md); it changes no result.
     c.mesh = ml_collections.ConfigDict(dict(data=1, member=1, heads=1))
+    # How the run holds its workdir against a second run: "flock" (the file system's lock),
+    # or "none" on a file system without locks, where you keep other runs off it.
+    c.workdir_lock = "flock"
     c.lock()
     return c

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ from configs import (
     zero_shot_fmnist,
 )
 from hydra_jax.experiments import engine, migrations
+from hydra_jax.experiments import workdir as workdir_module
 from hydra_jax.experiments.workdir import LOCK_FILE, Workdir, WorkdirError, flat
 
 REPO = Path(__file__).parent.parent
@@ -281,3 +283,42 @@ def test_a_custom_run_recorded_before_streamed_images_is_still_its_configs(tmp_p
     config.data.skip_bad_images = True
     with pytest.raises(WorkdirError, match=r"data\.skip_bad_images: False -> True"):
         Workdir(tmp_path).check(config)
+
+
+def test_a_symlinked_lock_is_refused_and_its_target_left_alone(tmp_path):
+    workdir, precious = tmp_path / "run", tmp_path / "precious.txt"
+    workdir.mkdir()
+    precious.write_text("precious")
+    (workdir / LOCK_FILE).symlink_to(precious)
+    with pytest.raises(WorkdirError, match=r"\.lock is a symbolic link"), Workdir(workdir).hold():
+        pass
+    assert precious.read_text() == "precious"
+    (workdir / LOCK_FILE).unlink()
+    os.mkfifo(workdir / LOCK_FILE)  # would block a reader: refused before any read
+    with pytest.raises(WorkdirError, match="not a regular file"), Workdir(workdir).hold():
+        pass
+    (workdir / LOCK_FILE).unlink()
+    (workdir / LOCK_FILE).mkdir()
+    unopenable = r"cannot open the workdir lock \(Is a directory"
+    with pytest.raises(WorkdirError, match=unopenable), Workdir(workdir).hold():
+        pass
+
+
+@pytest.mark.parametrize("code", [errno.ENOLCK, errno.ENOSYS])
+def test_a_file_system_without_locks_is_named_with_the_way_out(tmp_path, monkeypatch, code):
+    """NFS mounted `nolock`, Lustre without `-o flock`: flock fails with ENOLCK or ENOSYS."""
+
+    def no_locks(fd, operation):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(workdir_module.fcntl, "flock", no_locks)
+    workdir = tmp_path / "run"
+    no_lock = r"has no file locks .*workdir_lock=none"
+    with pytest.raises(WorkdirError, match=no_lock), Workdir(workdir).hold():
+        pass
+    assert not workdir.exists()  # created here, left as it was
+    with Workdir(workdir).hold(lock="none"):  # the user's explicit choice
+        (workdir / "config.json").write_text("{}")
+    assert sorted(p.name for p in workdir.iterdir()) == ["config.json"]
+    with pytest.raises(ValueError, match="workdir_lock: 'nfs'"), Workdir(workdir).hold(lock="nfs"):
+        pass

@@ -144,6 +144,9 @@ HELP = {
     "mesh.data": "devices along the batch axis",
     "mesh.member": "devices along the member axis (fused Hydras, stacked Deep Ensembles)",
     "mesh.heads": "devices along the attention-head axis",
+    "workdir_lock": "how the run holds its workdir against a second run: flock (the file "
+    "system's lock; refused, named, where the file system has none) or none (you keep other runs "
+    "off it)",
 }
 
 
@@ -240,6 +243,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.ood_scores = "msp,entropy,mi,energy,max_logit,mahalanobis,relative_mahalanobis,knn,vim"
     c.eval.update(evaluators.eval_fields())
     c.mesh = ml_collections.ConfigDict(dict(data=1, member=1, heads=1))
+    # How the run holds its workdir against a second run: "flock" (the file system's lock),
+    # or "none" on a file system without locks, where you keep other runs off it.
+    c.workdir_lock = "flock"
     if variant == "smoke":
         c.title += " (smoke)"
         c.data.max_tokens = 32

@@ -88,7 +88,7 @@ def run(
     workdir = Workdir.of(workdir)
     mesh = make_mesh(**config.get("mesh", {}))  # on one device, no mesh at all: nothing moves
     with (
-        workdir.hold(create=stage == "train"),
+        workdir.hold(create=stage == "train", lock=config.get("workdir_lock", "flock")),
         jax.set_mesh(mesh) if mesh.size > 1 else contextlib.nullcontext(),
     ):
         return (_train if stage == "train" else _evaluate)(config, workdir)

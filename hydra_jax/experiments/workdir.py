@@ -11,10 +11,12 @@ reads.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -33,9 +35,17 @@ from hydra_jax.models.sharding import barrier, is_primary
 
 # Keys that change no result beyond float32 rounding: how a run is labelled, where
 # preprocessed images are kept, the device mesh it is laid out on (which splits sums) and how
-# many training steps one compiled call runs (another program).
+# many training steps one compiled call runs (another program), and how the workdir is held.
 COSMETIC_KEYS = frozenset(
-    {"title", "mesh.data", "mesh.member", "mesh.heads", "data.cache", "train.steps_per_call"}
+    {
+        "title",
+        "mesh.data",
+        "mesh.member",
+        "mesh.heads",
+        "data.cache",
+        "train.steps_per_call",
+        "workdir_lock",
+    }
 )
 # The workdir's layout: every folder and file a study writes, by what it holds (`layout`).
 LAYOUT = {
@@ -55,6 +65,10 @@ LAYOUT = {
     "plots": "plots",
 }
 LOCK_FILE = ".lock"
+LOCKS = ("flock", "none")  # `config.workdir_lock`: how a run holds its workdir (`Workdir.hold`)
+# flock's errors on a file system that does not carry locks (NFS with `nolock`, Lustre without
+# `-o flock`).
+NO_LOCKS = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP})
 CONFIG_FILE = "config.json"
 TIMINGS_FILE = "train_timings.json"  # the train stage's wall time per stage
 RESULTS_FILE, REPORT_FILE = "results.json", "report.md"
@@ -105,6 +119,47 @@ def flat(config: ml_collections.ConfigDict | dict) -> dict[str, Any]:
     tree = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else config
     items = traverse_util.flatten_dict(tree, sep=".").items()
     return {k: json.loads(json.dumps(v)) for k, v in items}
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """`path` held with an exclusive `flock` (`Workdir.hold`), naming its holder in it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise WorkdirError(
+                f"{path} is a symbolic link: the workdir lock is never a link (remove it)"
+            ) from None
+        raise WorkdirError(f"{path}: cannot open the workdir lock ({error.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise WorkdirError(f"{path} is not a regular file: the workdir lock must be one")
+    with os.fdopen(fd, "r+") as file:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = file.read().strip() or "another process"
+            raise WorkdirError(
+                f"{path.parent} is in use by {holder}: wait for that run to end, or use "
+                "another --workdir"
+            ) from None
+        except OSError as error:
+            if error.errno not in NO_LOCKS:
+                raise
+            raise WorkdirError(
+                f"the file system of {path.parent} has no file locks (flock: "
+                f"{error.strerror}), so two runs on this workdir could not be kept apart: put "
+                "the workdir on a local disk or a file system with locks, or run without the "
+                "lock (--config.workdir_lock=none) and keep other runs off it yourself"
+            ) from None
+        try:
+            file.truncate()
+            file.write(f"process {os.getpid()} on {socket.gethostname()} ({' '.join(sys.argv)})\n")
+            file.flush()
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def layout(root: Path | str, what: str, **names: Any) -> Path:
@@ -164,43 +219,49 @@ class Workdir:
         return str(self.path)
 
     @contextlib.contextmanager
-    def hold(self, create: bool = True) -> Iterator[None]:
+    def hold(self, create: bool = True, lock: str = "flock") -> Iterator[None]:
         """Holds the workdir exclusively while a stage runs: a second `train.py` or
         `evaluate.py` on it is refused, naming the process that holds it, and touches nothing of
         the first run.
 
-        The lock is the operating system's (`flock` on `.lock`): it is released when the holder
-        exits, killed or not, so a stale lock file never blocks a restart. Only process 0 takes
-        it (the processes of one run share the workdir). With `create=False`, a missing workdir
-        is left missing (the stage reports it); a workdir this call created and the stage left
-        empty (a config refused before it was claimed) is removed again.
+        The lock (`lock="flock"`) is the operating system's `flock` on `.lock`: it is released
+        when the holder exits, killed or not, so a stale lock file never blocks a restart. It
+        holds between processes of one host, and between hosts only where the file system
+        carries `flock` across them (NFS with working locks, Lustre mounted with `-o flock`).
+        A file system without locks is refused, naming it, unless the run asks for none
+        (`lock="none"`: the user keeps other runs off the workdir). `.lock` is opened without
+        following a symbolic link and must be a regular file. Only process 0 takes it (the
+        processes of one run share the workdir). With `create=False`, a missing workdir is left
+        missing (the stage reports it); a workdir this call created and the stage left empty (a
+        config refused before it was claimed) is removed again.
+
+        Raises:
+          WorkdirError: the workdir is held, `.lock` is a link or not a file, or its file system
+            has no locks.
+          ValueError: `lock` is neither "flock" nor "none".
         """
+        if lock not in LOCKS:
+            raise ValueError(f"workdir_lock: {lock!r}; one of {', '.join(LOCKS)}")
         if not is_primary() or not (create or self.path.is_dir()):
             yield
             return
         created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
-        with (self.path / LOCK_FILE).open("a+") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                lock.seek(0)
-                holder = lock.read().strip() or "another process"
-                raise WorkdirError(
-                    f"{self.path} is in use by {holder}: wait for that run to end, or use "
-                    "another --workdir"
-                ) from None
-            lock.seek(0)
-            lock.truncate()
-            lock.write(f"process {os.getpid()} on {socket.gethostname()} ({' '.join(sys.argv)})\n")
-            lock.flush()
+        if lock == "none":
             try:
                 yield
             finally:
-                if created and [p.name for p in self.path.iterdir()] == [LOCK_FILE]:
+                if created and not any(self.path.iterdir()):
+                    self.path.rmdir()
+            return
+        try:
+            with _locked(self.path / LOCK_FILE):
+                yield
+        finally:  # once released: the holder of a lock never deletes its file
+            if created and [p.name for p in self.path.iterdir()] == [LOCK_FILE]:
+                with contextlib.suppress(OSError):  # another run came in: it keeps the file
                     (self.path / LOCK_FILE).unlink()
                     self.path.rmdir()
-                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def claim(self, config: ml_collections.ConfigDict) -> None:
         """Makes the workdir `config`'s: writes `config.json` in a new one; in an existing one,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import os
+import time
 import zipfile
 
 import numpy as np
@@ -162,8 +162,8 @@ def test_an_image_that_does_not_decode_is_named_or_left_out(tmp_path, checkpoint
     assert names == [str(root / "dog" / "9.jpg")]
 
 
-def test_the_pixel_cache_is_read_and_rewritten_when_its_files_change(
-    tmp_path, checkpoint, monkeypatch, caplog
+def test_the_pixel_cache_is_read_and_a_changed_set_gets_an_entry_of_its_own(
+    tmp_path, checkpoint, monkeypatch
 ):
     images = rgb_images()
     root = write_folder(tmp_path / "folder", images)
@@ -184,25 +184,65 @@ def test_the_pixel_cache_is_read_and_rewritten_when_its_files_change(
         np.testing.assert_array_equal(cached.batch(np.arange(6))["pixel_values"], direct)
         np.testing.assert_array_equal(cached.labels, [0, 0, 0, 1, 1, 1])
     (old,) = cache.glob("*.npy")
-    np.testing.assert_array_equal(np.load(old), direct)  # a plain .npy file
+    np.testing.assert_array_equal(np.load(old), direct)  # np.load reads it (the trailer after)
     changed = root / "dog" / "1.png"
     Image.fromarray(255 - images[1]).save(changed)
     os.utime(changed, ns=(1, 1))  # another modification time, whatever the clock
-    with caplog.at_level(logging.WARNING, logger="hydra_jax.data.pixel_cache"):
-        rewritten = pixel_cache.cached(stream(), cache, "folder:images", progress=False)
-    assert "folder:images changed" in caplog.text
-    assert not old.exists() and len(list(cache.glob("*.npy"))) == 1
+    rewritten = pixel_cache.cached(stream(), cache, "folder:images", progress=False)
+    assert old.exists() and len(list(cache.glob("*.npy"))) == 2  # a run may still read the old
+    np.testing.assert_array_equal(first.batch(np.arange(6))["pixel_values"], direct)
     np.testing.assert_array_equal(rewritten.batch(np.arange(6))["pixel_values"],
                                   stream().batch(np.arange(6))["pixel_values"])  # fmt: skip
     assert not np.array_equal(rewritten.batch(np.array([3]))["pixel_values"], direct[[3]])
+    assert list(cache.glob(".*.tmp")) == []
 
 
-def test_a_pixel_file_cut_short_is_not_read(tmp_path):
-    path = tmp_path / "x.npy"
-    np.save(path, np.zeros((3, 1, 2, 2), np.float32))
-    assert pixel_cache.open_pixel_file(path, "") is not None
-    path.write_bytes(path.read_bytes()[:-4])
-    assert pixel_cache.open_pixel_file(path, "") is None
+def test_the_cache_key_holds_the_libraries_and_our_decoding(tmp_path, checkpoint, monkeypatch):
+    root = write_folder(tmp_path / "folder", rgb_images())
+    split = files.read(f"folder:{root}", progress=False)
+    stream = files.to_dataset(split, checkpoint, ClassNames.build(split.labels))
+    key = pixel_cache.key_of(stream)
+    for module, name, value in ((pixel_cache.PIL, "__version__", "0.0"),
+                                (pixel_cache.np, "__version__", "0.0"),
+                                (pixel_cache, "DECODING", -1)):  # fmt: skip
+        with monkeypatch.context() as patch:
+            patch.setattr(module, name, value)
+            assert pixel_cache.key_of(stream) != key, name
+
+
+def test_a_damaged_or_foreign_entry_is_not_read(tmp_path, checkpoint):
+    """Cut short, its tail zero-filled (a hole), another key's trailer, a plain .npy."""
+    root = write_folder(tmp_path / "folder", rgb_images())
+    split = files.read(f"folder:{root}", progress=False)
+    stream = files.to_dataset(split, checkpoint, ClassNames.build(split.labels))
+    cache = tmp_path / "cache"
+    pixel_cache.cached(stream, cache, "folder", progress=False)
+    key = pixel_cache.key_of(stream)
+    path = cache / f"{key}.npy"
+    whole = path.read_bytes()
+    assert pixel_cache.open_pixel_file(path, key) is not None
+    assert pixel_cache.open_pixel_file(path, "0" * 32) is None
+    for damaged in (whole[:-4], whole[:-100] + bytes(100), whole[: -pixel_cache.TRAILER]):
+        path.write_bytes(damaged)
+        assert pixel_cache.open_pixel_file(path, key) is None
+    np.save(path, np.zeros((6, 3, 8, 8), np.float32))
+    assert pixel_cache.open_pixel_file(path, key) is None
+    again = pixel_cache.cached(stream, cache, "folder", progress=False)  # written anew
+    assert path.read_bytes() == whole and len(again) == 6
+
+
+def test_stale_temporary_files_and_unused_entries_are_removed(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    day = 86400
+    for name, age in ((".a.dead.tmp", 2 * day), (".b.live.tmp", 60), ("old.npy", 31 * day),
+                      ("used.npy", 29 * day)):  # fmt: skip
+        (cache / name).write_bytes(b"x")
+        os.utime(cache / name, (time.time() - age, time.time() - age))
+    pixel_cache.clean(cache)
+    assert sorted(p.name for p in cache.iterdir()) == [".b.live.tmp", "used.npy"]
+    pixel_cache.clean(cache, keep_days=7)
+    assert sorted(p.name for p in cache.iterdir()) == [".b.live.tmp"]
 
 
 def test_npz_rows_are_read_from_a_zip64_archive_too(tmp_path):

@@ -13,7 +13,8 @@ carry a `fingerprint` that identifies their content cheaply (file names, sizes a
 times, not pixels): a pixel cache built from other files is told apart by it.
 
 An `np.savez_compressed` archive cannot be read by rows: its `images` are read whole (raw
-`uint8`, before preprocessing); `np.savez` writes archives that are read row by row.
+`uint8`, before preprocessing), up to `MAX_WHOLE_BYTES`; `np.savez` writes archives that are read
+row by row.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import math
 import os
 import struct
 import zipfile
+import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -32,6 +35,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from hydra_jax.data.dataset import DataError, prefetched
+
+MAX_WHOLE_BYTES = 4 << 30  # the most a compressed `.npz` member may take once decompressed
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
@@ -226,7 +231,7 @@ class NpzImages:
             raise IndexError(f"image {i} of {len(self)}")
         if self.whole is not None:
             return self.whole[i]
-        size = int(np.prod(self.shape[1:]))
+        size = math.prod(self.shape[1:])
         with self.path.open("rb") as f:
             f.seek(self.offset + i * size)
             row = f.read(size)
@@ -244,26 +249,52 @@ class NpzImages:
 def open_npz(path: Path, labelled: bool) -> tuple[NpzImages, list[Any] | None]:
     """The `images` of an `.npz` archive (uint8 `[N, H, W]` or `[N, H, W, C]`) and its `labels`.
 
+    The `images` header must describe exactly the bytes the archive stores for it: a crafted
+    header never reads another member's bytes as pixels. A compressed member is read whole, so
+    it may hold at most `MAX_WHOLE_BYTES`.
+
     Raises:
-      DataError: not an archive, no or a wrong `images` array, `labels` of another length, or
-        none where `labelled` (named).
+      DataError: not an archive (or a damaged one), no or a wrong `images` array, a header that
+        does not match its stored size, a compressed member too large to read whole, `labels`
+        of another length, or none where `labelled` (each naming the file).
     """
     try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise DataError(f"{path}: not a readable .npz file ({error})") from None
-    with archive:
+        return _open_npz(path, labelled)
+    except DataError:
+        raise
+    except (OSError, ValueError, KeyError, EOFError, struct.error, zipfile.BadZipFile,
+            zlib.error, NotImplementedError) as error:  # fmt: skip
+        raise DataError(
+            f"{path}: not a readable .npz archive ({type(error).__name__}: {error})"
+        ) from None
+
+
+def _open_npz(path: Path, labelled: bool) -> tuple[NpzImages, list[Any] | None]:
+    with np.load(path, allow_pickle=False) as archive:
         if "images" not in archive.files:
             raise DataError(f"{path}: no 'images' array (it has {', '.join(archive.files)})")
-        with archive.zip.open("images.npy") as member:
+        info = archive.zip.getinfo("images.npy")
+        compressed = info.compress_type != zipfile.ZIP_STORED
+        _refuse_large(path, "images", info)
+        with archive.zip.open(info) as member:
             shape, fortran, dtype = npy_header(member)
+            header = member.tell()
         if dtype != np.uint8 or len(shape) not in (3, 4) or fortran:
             raise DataError(
                 f"{path}: 'images' must be uint8 [N, H, W] or [N, H, W, C], got {dtype} "
                 f"{list(shape)}"
             )
+        if any(d <= 0 for d in shape):
+            raise DataError(f"{path}: 'images' has a dimension below 1: {list(shape)}")
+        if header + math.prod(shape) != info.file_size:
+            raise DataError(
+                f"{path}: 'images' says {list(shape)} ({math.prod(shape):,} bytes after its "
+                f"{header}-byte header), but the archive stores {info.file_size:,} bytes for it "
+                "(a damaged or crafted file)"
+            )
         labels = None
         if "labels" in archive.files:
+            _refuse_large(path, "labels", archive.zip.getinfo("labels.npy"))
             labels = archive["labels"]
             if labels.shape != shape[:1]:
                 raise DataError(
@@ -272,10 +303,21 @@ def open_npz(path: Path, labelled: bool) -> tuple[NpzImages, list[Any] | None]:
             labels = labels.tolist()
         elif labelled:
             raise DataError(f"{path}: no 'labels' array, and this split needs labels")
-        info = archive.zip.getinfo("images.npy")
-        whole = archive["images"] if info.compress_type != zipfile.ZIP_STORED else None
+        whole = archive["images"] if compressed else None
     offset = -1 if whole is not None else _stored_array_offset(path, info)
+    if whole is None and offset + math.prod(shape) > path.stat().st_size:
+        raise DataError(f"{path}: the file ends inside 'images' (truncated)")
     return NpzImages(path, tuple(shape), offset, whole, files_fingerprint([path])), labels
+
+
+def _refuse_large(path: Path, name: str, info: zipfile.ZipInfo) -> None:
+    """A compressed member is decompressed whole: at most `MAX_WHOLE_BYTES` of it."""
+    if info.compress_type != zipfile.ZIP_STORED and info.file_size > MAX_WHOLE_BYTES:
+        raise DataError(
+            f"{path}: '{name}' is compressed ({info.file_size:,} bytes once decompressed, more "
+            f"than the {MAX_WHOLE_BYTES:,} read whole at most); save the archive uncompressed "
+            "with np.savez (not savez_compressed): its images are then read row by row"
+        )
 
 
 def _stored_array_offset(path: Path, info: zipfile.ZipInfo) -> int:

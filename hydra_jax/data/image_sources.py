@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import math
 import zipfile
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def read_idx(path: Path) -> np.ndarray:
     ndim = raw[3]
     shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     offset = 4 + 4 * ndim
-    if len(raw) - offset != int(np.prod(shape)):
+    if len(raw) - offset != math.prod(shape):
         raise ValueError(f"{path}: header says {shape}, data holds {len(raw) - offset} bytes")
     return np.frombuffer(raw, np.uint8, offset=offset).reshape(shape)
 

@@ -1,0 +1,142 @@
+"""Shared storage, probed as a reviewer would: runs with other checkpoints (and the same one)
+building and reading one pixel cache at once, one of them killed in the middle; crafted `.npz`
+archives (more rows than stored, a negative dimension, a huge compressed member, a truncated
+zip), each a `DataError` naming the file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from hydra_jax.data import image_index, pixel_cache
+from hydra_jax.data.dataset import DataError
+
+REPO = Path(__file__).parent.parent
+
+
+def processor_checkpoint(path: Path, size: int) -> Path:
+    transformers = pytest.importorskip("transformers")
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"model_type": "vit", "num_channels": 3}))
+    processor = transformers.ViTImageProcessor(
+        size={"height": size, "width": size}, image_mean=[0.5] * 3, image_std=[0.5] * 3
+    )
+    processor.save_pretrained(path)
+    return path
+
+
+def run(folder: Path, checkpoint: Path, cache: Path, delay: float) -> subprocess.Popen:
+    script = REPO / "tests" / "pixel_cache_run.py"
+    return subprocess.Popen(
+        [sys.executable, str(script), str(folder), str(checkpoint), str(cache), str(delay)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=os.environ | {"PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"},
+    )  # fmt: skip
+
+
+def test_runs_with_other_checkpoints_share_one_cache_while_one_is_killed(tmp_path):
+    """Three runs at once on one folder: checkpoints A, B and A again (one entry each for A and
+    B; both A runs build it, the first to finish publishes it), and a fourth run of A killed
+    while it writes. Every finished run reads exactly its processor's pixels; the killed run's
+    temporary file is left until it is stale, and then removed."""
+    folder, cache = tmp_path / "folder", tmp_path / "cache"
+    images = np.random.default_rng(0).integers(0, 256, (8, 10, 12, 3), dtype=np.uint8)
+    for i, image in enumerate(images):
+        (folder / ("cat" if i % 2 else "dog")).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image).save(folder / ("cat" if i % 2 else "dog") / f"{i}.png")
+    a = processor_checkpoint(tmp_path / "a", 8)
+    b = processor_checkpoint(tmp_path / "b", 6)
+    killed = run(folder, a, cache, 5.0)  # 40 s to build: killed long before
+    deadline = time.time() + 120
+    while not list(cache.glob(".*.tmp")) and time.time() < deadline:
+        time.sleep(0.1)
+    runs = [run(folder, a, cache, 0.3), run(folder, b, cache, 0.3), run(folder, a, cache, 0.2)]
+    time.sleep(1.0)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    outputs = [r.communicate(timeout=300) for r in runs]
+    for r, (out, err) in zip(runs, outputs, strict=True):
+        assert r.returncode == 0 and out.startswith("ok "), err[-2000:]
+    keys = [out.split()[1] for out, _ in outputs]
+    assert keys[0] == keys[2] != keys[1]
+    assert sorted(p.name for p in cache.glob("*.npy")) == sorted({f"{k}.npy" for k in keys})
+    (stale,) = cache.glob(".*.tmp")  # the killed writer's
+    pixel_cache.clean(cache)
+    assert stale.exists()  # not yet stale: its writer might be alive
+    old = time.time() - 2 * 86400
+    os.utime(stale, (old, old))
+    pixel_cache.clean(cache)
+    assert not stale.exists() and len(list(cache.glob("*.npy"))) == 2
+
+
+def npz_with(path: Path, members: dict[str, bytes], compress: int = zipfile.ZIP_STORED) -> Path:
+    with zipfile.ZipFile(path, "w", compress) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return path
+
+
+def npy_bytes(array: np.ndarray, shape: tuple[int, ...] | None = None) -> bytes:
+    """`array` as `.npy` bytes, its header claiming `shape` (default: its own)."""
+    import io
+
+    buffer = io.BytesIO()
+    header = {"descr": array.dtype.str, "fortran_order": False, "shape": shape or array.shape}
+    np.lib.format.write_array_header_1_0(buffer, header)
+    buffer.write(array.tobytes())
+    return buffer.getvalue()
+
+
+def test_an_images_header_claiming_more_rows_than_stored_is_refused(tmp_path):
+    """8 rows claimed over 4 stored, then another member: rows 4-7 would be its bytes."""
+    images = np.zeros((4, 5, 5), np.uint8)
+    path = npz_with(tmp_path / "crafted.npz", {
+        "images.npy": npy_bytes(images, (8, 5, 5)),
+        "labels.npy": npy_bytes(np.arange(8)),
+        "other.npy": npy_bytes(np.full((100, 5, 5), 7, np.uint8)),
+    })  # fmt: skip
+    with pytest.raises(DataError, match=rf"{path}: 'images' says \[8, 5, 5\] .* stores"):
+        image_index.open_npz(path, labelled=True)
+
+
+def test_a_negative_dimension_is_refused(tmp_path):
+    path = npz_with(tmp_path / "negative.npz", {
+        "images.npy": npy_bytes(np.zeros((4, 5, 5), np.uint8), (4, -5, 5)),
+    })  # fmt: skip
+    with pytest.raises(DataError, match=rf"{path}: .*(below 1|-5)"):
+        image_index.open_npz(path, labelled=False)
+
+
+def test_a_huge_compressed_member_is_refused_with_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setattr(image_index, "MAX_WHOLE_BYTES", 10_000)
+    path = tmp_path / "packed.npz"
+    np.savez_compressed(path, images=np.zeros((100, 20, 20), np.uint8))  # 40,000 bytes whole
+    with pytest.raises(DataError, match=rf"{path}: 'images' is compressed .*np.savez"):
+        image_index.open_npz(path, labelled=False)
+    small = tmp_path / "small.npz"
+    np.savez_compressed(small, images=np.zeros((10, 20, 20), np.uint8))
+    index, _ = image_index.open_npz(small, labelled=False)
+    assert index.whole is not None and len(index) == 10
+
+
+def test_a_truncated_or_damaged_archive_is_a_data_error_naming_it(tmp_path):
+    path = tmp_path / "images.npz"
+    np.savez(path, images=np.zeros((50, 10, 10), np.uint8), labels=np.arange(50))
+    whole = path.read_bytes()
+    for cut in (len(whole) // 2, len(whole) - 30, 100):
+        path.write_bytes(whole[:cut])
+        with pytest.raises(DataError, match=rf"{path}: "):
+            image_index.open_npz(path, labelled=True)
+    path.write_bytes(b"PK\x03\x04" + bytes(200))
+    with pytest.raises(DataError, match=rf"{path}: not a readable .npz archive"):
+        image_index.open_npz(path, labelled=True)

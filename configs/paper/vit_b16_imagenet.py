@@ -14,9 +14,9 @@ training uses batch 512, the standard ViT fine-tuning recipe (Dosovitskiy et al.
 big_vision), prediction batch 256, and the Hydra 4 members of 6 heads per layer (half the
 heads, as the paper's ViT members keep); bf16 compute, as on TPUs. The training step
 rematerialises each layer (`plan.remat`, `hydra_jax.with_remat`): without it the Hydra's step at
-batch 512 does not fit a v5e chip's 16 GB. `:rivals` adds BatchEnsemble
-and LoRA-Ensemble; `:smoke` plans them all on a shrunk model and batches for a check in seconds
-(the test suite plans it for 8 CPU devices).
+batch 512 does not fit a v5e chip's 16 GB. `:rivals` adds BatchEnsemble and LoRA-Ensemble;
+`:no_remat` plans single and Hydra without rematerialisation; `:smoke` plans them all on a
+shrunk model and batches for a check in seconds (the test suite plans it for 8 CPU devices).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import ml_collections
 
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
-    if arg not in ("", "rivals", "smoke"):
-        raise ValueError(f"unknown config variant {arg!r}; use '', 'rivals' or 'smoke'")
+    if arg not in ("", "rivals", "smoke", "no_remat"):
+        raise ValueError(f"unknown config variant {arg!r}; use '', 'rivals', 'smoke' or 'no_remat'")
     c = ml_collections.ConfigDict()
     c.title = "Hydra Ensembles: ViT-B/16 on ImageNet-1k (planned)"
     c.checkpoint = "google/vit-base-patch16-224"  # on real hardware; plan reads no weights
@@ -48,6 +48,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     )  # fmt: skip
     if arg in ("rivals", "smoke"):  # the single-pass rivals too
         c.plan.methods += ",batch_ensemble,lora_ensemble"
+    if arg == "no_remat":  # the training step without rematerialisation (docs/scale.md)
+        c.plan.update(methods="single,hydra", remat=False)
     if arg == "smoke":
         c.title += " (smoke)"
         c.architecture.update(layers=1, heads=4, head_dim=16, mlp_dim=128, image_size=32,

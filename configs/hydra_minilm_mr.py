@@ -63,10 +63,13 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     # What the evaluation reports (docs/evaluation.md): evaluators and OOD
     # scores by name, and their settings (conformal alpha, detectors' fit subset, ...).
     c.evaluators = "classification,calibration,selective,conformal,ood,shift,cost"
-    c.ood_scores = "msp,entropy,mi,energy,max_logit,mahalanobis,relative_mahalanobis,knn,vim"
+    c.ood_scores = (
+        "msp,entropy,mi,energy,max_logit,gen,mahalanobis,relative_mahalanobis,knn,vim,react,"
+        "kl_matching"
+    )
     c.eval.update(
         alpha=0.1, raps_penalty=0.01, raps_k=5, knn_k=50, vim_dim=0, feature_fit_limit=1000,
-        calibration_limit=1000, features_dtype="float16",
+        calibration_limit=1000, features_dtype="float32", covariance="pinv",
     )  # fmt: skip
     if variant == "demo":
         c.title += " (demo)"

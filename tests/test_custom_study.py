@@ -24,7 +24,7 @@ import pytest
 import tokenizers
 from absl import flags
 from ml_collections import ConfigDict, config_flags
-from PIL import Image
+from PIL import Image, ImageFilter
 
 import hydra_jax as hj
 from configs import custom as custom_config
@@ -191,13 +191,23 @@ def test_image_study_with_folders_and_npz_ood_sets(tmp_path, vit_dir, monkeypatc
     rng = np.random.default_rng(1)
     folders = {s: image_folder(tmp_path / s, rng, n) for s, n in (("train", 8), ("val", 4),
                                                                   ("test", 4))}  # fmt: skip
+    # A shifted copy of the test set, of another file kind: the images blurred, in an archive.
+    shifted = {"images": [], "labels": []}
+    for label in ("bright", "dark"):
+        for path in sorted((folders["test"] / label).iterdir()):
+            image = Image.open(path).filter(ImageFilter.GaussianBlur(2))
+            shifted["images"].append(np.asarray(image))
+            shifted["labels"].append(label)
+    np.savez(tmp_path / "blurred.npz", images=np.stack(shifted["images"]),
+             labels=np.array(shifted["labels"]))  # fmt: skip
     np.savez(tmp_path / "noise.npz", images=rng.integers(0, 256, (6, 12, 12), dtype=np.uint8))
     np.savez(tmp_path / "noise_val.npz", images=rng.integers(0, 256, (8, 9, 9), dtype=np.uint8))
     config = smoke_config()
     config.model = str(vit_dir)
     config.data.update(train=f"folder:{folders['train']}", validation=f"folder:{folders['val']}",
                        test=f"folder:{folders['test']}", ood=f"noise=npz:{tmp_path / 'noise.npz'}",
-                       ood_validation=f"noise=npz:{tmp_path / 'noise_val.npz'}")  # fmt: skip
+                       ood_validation=f"noise=npz:{tmp_path / 'noise_val.npz'}",
+                       shift=f"blur=npz:{tmp_path / 'blurred.npz'}")  # fmt: skip
     config.methods = "single,hydra_circuit"
     config.data.cache = str(tmp_path / "pixels")
     run = tmp_path / "runs" / "mine"  # where docs/your_data.md's pruning command reads it
@@ -208,6 +218,13 @@ def test_image_study_with_folders_and_npz_ood_sets(tmp_path, vit_dir, monkeypatc
         results = engine.evaluate(config, run)
     assert not decoded  # every set read from the pixel cache that training wrote
     assert set(results["methods"]) == {"single", "hydra_circuit"}
+    for name, got in results["methods"].items():  # the shifted set through every evaluator
+        assert set(got["shift"]) == {"blur"}, name
+        assert set(got["shift"]["blur"]) >= {"acc", "nll", "ece"}
+        assert set(got["calibration"]["shift"]) == {"blur"}
+        assert set(got["conformal"]["lac"]) >= {"test", "shift_blur"}
+    report = (run / "report.md").read_text()
+    assert "## Dataset shift" in report and "| blur | mean |" in report
     config.data.cache = ""  # decoded again, batch by batch: the same results
     for name, got in engine.evaluate(config, run)["methods"].items():
         assert got["id"] == results["methods"][name]["id"]
@@ -480,6 +497,16 @@ def test_bad_study_data_is_refused_before_training(tmp_path, text_encoder_dir):
     config.methods = "single"
     with pytest.raises(DataError, match=r"test\.csv: row 2 has label 'so-so', not one of the 2"):
         engine.train(config, tmp_path / "run")
+    # A shifted test set labelled with a class the training set does not have.
+    write_csv(tmp_path / "shifted.csv", [("fine!", "good"), ("so dull", "awful")])
+    config.data.update(test=f"csv:{tmp_path / 'train.csv'}",
+                       shift=f"typos=csv:{tmp_path / 'shifted.csv'}")  # fmt: skip
+    with pytest.raises(DataError, match=r"shifted\.csv: row 2 has label 'awful', not one of"):
+        engine.train(config, tmp_path / "run")
+    config.data.shift = f"mean=csv:{tmp_path / 'train.csv'}"
+    with pytest.raises(ValueError, match=r"data.shift: 'mean' is the results' mean"):
+        engine.train(config, tmp_path / "run")
+    config.data.shift = ""
     config.data.test = f"npz:{tmp_path / 'images.npz'}"
     np.savez(tmp_path / "images.npz", images=np.zeros((2, 4, 4), np.uint8), labels=[0, 1])
     with pytest.raises(DataError, match=r"text and images mixed in one study: images in .*npz"):

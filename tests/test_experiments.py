@@ -113,7 +113,7 @@ def test_results_equal_metrics_recomputed_from_predictions(smoke_run):
         members = {"single": 1, "mc_dropout": 3}.get(name, config.ensemble_size)
         assert predictions["id_probs"].shape == (96, members, 2)
         assert predictions["id_features"].shape[:2] == (96, members)
-        assert predictions["id_features"].dtype == np.float16
+        assert predictions["id_features"].dtype == np.float32  # eval.features_dtype
         # Every evaluator's numbers, from the saved arrays alone (no model, no data).
         s = evaluators.Settings.of(config)
         ood_sets = tuple(config.data.ood_sets)
@@ -125,7 +125,12 @@ def test_results_equal_metrics_recomputed_from_predictions(smoke_run):
             evaluators.Selective(),
             evaluators.Conformal((), s.alpha, s.raps_penalty, s.raps_k),
             evaluators.OODDetection(
-                ood_sets, tuple(evaluators.ood_scores(config)), groups, s.knn_k, s.vim_dim
+                ood_sets,
+                tuple(evaluators.ood_scores(config)),
+                groups,
+                s.knn_k,
+                s.vim_dim,
+                s.covariance,
             ),
         ]
         recomputed = evaluators.score(

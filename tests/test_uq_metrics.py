@@ -8,7 +8,10 @@ import math
 
 import numpy as np
 import pytest
-from sklearn.covariance import EmpiricalCovariance
+from scipy import stats as scipy_stats
+from scipy.special import logsumexp
+from sklearn.covariance import EmpiricalCovariance, LedoitWolf
+from sklearn.metrics import average_precision_score
 from sklearn.neighbors import NearestNeighbors
 
 from hydra_jax import metrics
@@ -198,6 +201,33 @@ def test_mahalanobis_and_relative_mahalanobis_equal_scikit_learn():
     assert seen["means"].shape == (2, 5)
 
 
+def test_ledoit_wolf_mahalanobis_equals_scikit_learn():
+    """Near-singular features (variances from 1e-8 to 1): the shrunk shared and background
+    covariances are scikit-learn's `LedoitWolf` on the centred features."""
+    rng = np.random.default_rng(13)
+    scales = np.logspace(-4, 0, 6)
+    labels = np.repeat(np.arange(3), 60)
+    train = rng.normal(size=(180, 6)) * scales + np.repeat(np.eye(3, 6), 60, 0)
+    test = rng.normal(size=(15, 6)) * scales * 3
+    means = np.stack([train[labels == c].mean(0) for c in range(3)])
+    shared = LedoitWolf(assume_centered=True).fit(train - means[labels])
+    background = LedoitWolf(assume_centered=True).fit(train - train.mean(0))
+    to_classes = np.array([shared.mahalanobis(test - m) for m in means])  # [3, N] squared
+    stats = detectors.fit("mahalanobis", train, labels, np.zeros((180, 3)), 3,
+                          covariance="ledoit_wolf")  # fmt: skip
+    np.testing.assert_allclose(
+        detectors.score("mahalanobis", stats, test, None), to_classes.min(0), rtol=1e-8
+    )
+    relative = detectors.fit("relative_mahalanobis", train, labels, np.zeros((180, 3)), 3,
+                             covariance="ledoit_wolf")  # fmt: skip
+    expected = (to_classes - background.mahalanobis(test - train.mean(0))).min(0)
+    np.testing.assert_allclose(
+        detectors.score("relative_mahalanobis", relative, test, None), expected, rtol=1e-8
+    )
+    with pytest.raises(ValueError, match="covariance: 'oas'"):
+        detectors.fit("mahalanobis", train, labels, np.zeros((180, 3)), 3, covariance="oas")
+
+
 def test_knn_is_the_kth_cosine_neighbour_distance():
     rng = np.random.default_rng(5)
     train, test = rng.normal(size=(200, 8)), rng.normal(size=(30, 8))
@@ -253,16 +283,79 @@ def test_member_scores_fit_each_member_on_its_own_features():
         )
 
 
+def test_react_is_the_energy_of_the_clipped_features_through_the_true_classifier():
+    """Sun et al. 2021 with the true W and b: clip every feature value at the 90th percentile
+    of the training features' values, recompute the logits, take -logsumexp."""
+    rng = np.random.default_rng(9)
+    D, C = 10, 4
+    W, b = rng.normal(size=(D, C)), rng.normal(size=C)
+    train = np.abs(rng.normal(size=(300, D)))  # post-ReLU-like activations
+    test = np.abs(rng.normal(size=(40, D))) * 2
+    clip = np.percentile(train.ravel(), 90)
+    expected = -logsumexp(np.minimum(test, clip) @ W + b, axis=-1)
+    stats = detectors.fit("react", train, np.zeros(300, int), train @ W + b, C)
+    assert stats["clip"] == pytest.approx(clip, rel=1e-12)
+    np.testing.assert_allclose(detectors.score("react", stats, test, None), expected, rtol=1e-9)
+
+
+def test_kl_matching_is_the_divergence_from_the_predicted_class_template():
+    """Hendrycks et al. 2022 as pytorch-ood scores it: templates are the mean training softmax
+    of the examples predicted as each class; a test example's score is scipy's KL divergence
+    of its softmax from its predicted class's template (the nearest template where no training
+    example is predicted as that class)."""
+    rng = np.random.default_rng(10)
+    C = 4
+    train_logits = rng.normal(size=(200, C)) * 2
+    train_logits[:, 3] -= 50  # no training example predicted as class 3
+    test_logits = rng.normal(size=(30, C)) * 2
+    test_logits[:3, 3] += 60  # predicted as class 3
+    p_train, p_test = _softmax(train_logits), _softmax(test_logits)
+    predicted = p_train.argmax(-1)
+    templates = {c: p_train[predicted == c].mean(0) for c in np.unique(predicted)}
+    expected = [
+        scipy_stats.entropy(p, templates[p.argmax()]) if p.argmax() in templates
+        else min(scipy_stats.entropy(p, t) for t in templates.values())
+        for p in p_test
+    ]  # fmt: skip
+    stats = detectors.fit("kl_matching", np.zeros((200, 2)), np.zeros(200, int), train_logits, C)
+    scores = detectors.score("kl_matching", stats, np.zeros((30, 2)), test_logits)
+    np.testing.assert_allclose(scores, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_gen_is_the_generalised_entropy_of_the_top_classes():
+    """Liu et al. 2023: sum over the 100 most probable classes of p^0.1 (1 - p)^0.1, on the
+    member-mean probabilities; by hand on two classes."""
+    p = np.array([[[0.9, 0.1]], [[0.5, 0.5]]])
+    by_hand = [2 * (0.9**0.1 * 0.1**0.1), 2 * 0.5**0.2]
+    np.testing.assert_allclose(metrics.ood_score(p, "gen"), by_hand, rtol=1e-12)
+    rng = np.random.default_rng(11)
+    members = _softmax(rng.normal(size=(20, 3, 150)) * 3)
+    mean = members.mean(1)
+    expected = [sum(q**0.1 * (1 - q) ** 0.1 for q in sorted(row, reverse=True)[:100])
+                for row in mean]  # fmt: skip
+    np.testing.assert_allclose(metrics.ood_score(members, "gen"), expected, rtol=1e-10)
+
+
+def test_aupr_in_is_average_precision_with_id_positive():
+    rng = np.random.default_rng(12)
+    id_scores = rng.normal(size=300).round(1)  # ties
+    ood_scores = rng.normal(size=200).round(1) + 0.7
+    y_in = np.r_[np.ones(300), np.zeros(200)]
+    expected = average_precision_score(y_in, -np.r_[id_scores, ood_scores])
+    assert metrics.ood(id_scores, ood_scores)["aupr_in"] == pytest.approx(expected, abs=1e-12)
+
+
 @pytest.mark.parametrize("detector", detectors.DETECTORS)
 def test_every_detector_scores_far_away_features_as_ood(detector):
     """The sign convention (higher = more OOD) on features a linear classifier separates: OOD
-    features far from every class score higher than ID test features."""
+    features with no class's signal (around the origin, 6 from every class centre) score
+    higher than ID test features."""
     rng = np.random.default_rng(8)
     centres = np.eye(3, 16) * 6
     labels = rng.integers(0, 3, 600)
     train = centres[labels] + rng.normal(size=(600, 16))
     test = centres[labels[:100]] + rng.normal(size=(100, 16))
-    ood = -centres[labels[:100]] * 2 + rng.normal(size=(100, 16)) * 3 + 12
+    ood = rng.normal(size=(100, 16))
     W, b = centres.T, np.zeros(3)
     stats = detectors.fit(detector, train, labels, train @ W + b, 3, k=10, vim_dim=4)
     id_scores = detectors.score(detector, stats, test, test @ W + b)

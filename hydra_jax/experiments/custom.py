@@ -67,6 +67,9 @@ HELP = {
     "data.validation": "a validation split: circuit search, HIES's alpha in the pruning curves",
     "data.test": "the in-distribution test split (required)",
     "data.ood": "OOD test sets, `NAME=KIND:LOCATION` separated by commas",
+    "data.shift": "shifted test sets, `NAME=KIND:LOCATION` separated by commas: labelled "
+    "with the training set's classes, of any file kind; accuracy, NLL, ECE, calibration after "
+    "temperature scaling and conformal coverage on each",
     "data.ood_validation": "OOD validation sets (`NAME=SPEC,...`): circuit search's OOD half",
     "data.text_column": "the text column of a text table",
     "data.pair_column": "a second text column: sentence pairs",
@@ -131,8 +134,9 @@ HELP = {
     "dense products, float32 hidden states)",
     "evaluators": "the evaluators, comma-separated (`classification`, `calibration`, "
     "`selective`, `conformal`, `ood`, `shift`, `cost`); empty: every one the data allow",
-    "ood_scores": "OOD scores: `msp`, `entropy`, `mi`, `energy`, `max_logit` and the feature "
-    "detectors `mahalanobis`, `relative_mahalanobis`, `knn`, `vim`",
+    "ood_scores": "OOD scores: `msp`, `entropy`, `mi`, `energy`, `max_logit`, `gen` and the "
+    "detectors fitted on the training subset `mahalanobis`, `relative_mahalanobis`, `knn`, "
+    "`vim`, `react`, `kl_matching`",
     "eval.alpha": "conformal sets' miscoverage: coverage 1 - alpha",
     "eval.raps_penalty": "RAPS's penalty per class ranked beyond `raps_k`",
     "eval.raps_k": "RAPS's classes without penalty",
@@ -140,7 +144,10 @@ HELP = {
     "eval.vim_dim": "ViM's principal dimensions; 0: half the feature dimension",
     "eval.feature_fit_limit": "training examples the feature detectors fit on; 0: all",
     "eval.calibration_limit": "validation examples of temperature scaling and conformal; 0: all",
-    "eval.features_dtype": "stored member features: `float16` or `float32`",
+    "eval.features_dtype": "stored member features: `float32`, or `float16` for disk space "
+    "(it moves the Mahalanobis detectors: docs/evaluation.md)",
+    "eval.covariance": "the Mahalanobis detectors' covariance: `pinv` (the estimate's "
+    "pseudo-inverse) or `ledoit_wolf` (shrunk first, for near-singular features)",
     "mesh.data": "devices along the batch axis",
     "mesh.member": "devices along the member axis (fused Hydras, stacked Deep Ensembles)",
     "mesh.heads": "devices along the attention-head axis",
@@ -167,6 +174,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
             validation="",
             test="",
             ood="",  # NAME=SPEC,NAME=SPEC
+            shift="",  # NAME=SPEC,...: shifted copies of the test set, labelled as it is
             ood_validation="",  # NAME=SPEC,...: circuit search's OOD half
             text_column="text",
             pair_column="",  # a second text column: sentence pairs
@@ -240,7 +248,10 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     # scores by name, and their settings (conformal alpha, detectors' fit subset, ...). No
     # evaluators named: every one the data allow (calibration and conformal: a validation split).
     c.evaluators = ""
-    c.ood_scores = "msp,entropy,mi,energy,max_logit,mahalanobis,relative_mahalanobis,knn,vim"
+    c.ood_scores = (
+        "msp,entropy,mi,energy,max_logit,gen,mahalanobis,relative_mahalanobis,knn,vim,react,"
+        "kl_matching"
+    )
     c.eval.update(evaluators.eval_fields())
     c.mesh = ml_collections.ConfigDict(dict(data=1, member=1, heads=1))
     # How the run holds its workdir against a second run: "flock" (the file system's lock),

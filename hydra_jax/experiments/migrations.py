@@ -113,6 +113,14 @@ def _image_streams(before: Flat, now: Flat) -> Flat:
     return before
 
 
+def _covariance_and_shift(before: Flat, now: Flat) -> Flat:
+    """8 -> 9: the Mahalanobis detectors' covariance became a setting (`eval.covariance`; a run
+    recorded before it inverted the estimate, `pinv`), and the generic study gained shifted test
+    sets (`data.shift`; none before). Neither changes what a run trained."""
+    added = {"eval.covariance": "pinv", "data.shift": ""}
+    return {k: v for k, v in added.items() if k in now and k not in before} | before
+
+
 _EVALUATION_FIELDS = (
     "alpha",
     "raps_penalty",
@@ -135,6 +143,7 @@ MIGRATIONS: tuple[Callable[[Flat, Flat], Flat], ...] = (
     _explicit_sources,
     _evaluation_settings,
     _image_streams,
+    _covariance_and_shift,
 )
 SCHEMA = len(MIGRATIONS)  # the version this code writes
 

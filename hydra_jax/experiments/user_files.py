@@ -1,6 +1,7 @@
-"""A study's data from your files: `config.data.train` / `validation` / `test` and the named OOD
-sets, each a `KIND:LOCATION` spec (`hydra_jax.data.files`: csv, tsv, jsonl, parquet, folder,
-npz, tfds, hf), read, checked and preprocessed with the checkpoint's own files.
+"""A study's data from your files: `config.data.train` / `validation` / `test`, the named OOD
+sets and the named shifted test sets, each a `KIND:LOCATION` spec (`hydra_jax.data.files`:
+csv, tsv, jsonl, parquet, folder, npz, tfds, hf), read, checked and preprocessed with the
+checkpoint's own files.
 """
 
 from __future__ import annotations
@@ -75,16 +76,19 @@ def load(config: ml_collections.ConfigDict) -> UserData:
     raw = {key: files.read(spec, columns, data_dir) for key, spec in labelled.items()}
     ood_specs = named_specs(d.ood, "data.ood")
     ood_val_specs = named_specs(d.ood_validation, "data.ood_validation")
+    shift_specs = named_specs(d.get("shift", ""), "data.shift")
     ood = {n: files.read(s, columns, data_dir, labelled=False) for n, s in ood_specs.items()}
     ood_val = [files.read(s, columns, data_dir, labelled=False) for s in ood_val_specs.values()]
-    kinds = {split.origin: split.is_images for split in [*raw.values(), *ood.values(), *ood_val]}
+    shifted = {n: files.read(s, columns, data_dir) for n, s in shift_specs.items()}
+    every = [*raw.values(), *ood.values(), *ood_val, *shifted.values()]
+    kinds = {split.origin: split.is_images for split in every}
     if len(set(kinds.values())) > 1:
         images = sorted(o for o, is_images in kinds.items() if is_images)
         raise DataError(f"text and images mixed in one study: images in {', '.join(images)}")
     classes = ClassNames.build(
         raw["train"].labels, files.checkpoint_id2label(checkpoint), raw["train"].origin
     )
-    for split in raw.values():  # every label checked before anything is preprocessed
+    for split in [*raw.values(), *shifted.values()]:  # every label, before any preprocessing
         classes.encode(split.labels, split.origin)
     skipped: dict[str, list[str]] = {}
     if d.get("skip_bad_images", False):  # after the cheap checks: every image decoded once
@@ -94,6 +98,7 @@ def load(config: ml_collections.ConfigDict) -> UserData:
             _decodable(split, spec, skipped)
             for split, spec in zip(ood_val, ood_val_specs.values(), strict=True)
         ]
+        shifted = {n: _decodable(split, shift_specs[n], skipped) for n, split in shifted.items()}
     encoder = None if raw["train"].is_images else TextEncoder(checkpoint, d.max_tokens)
     preprocess = Preprocessor(checkpoint) if raw["train"].is_images else None
     cache = d.get("cache", "")
@@ -113,6 +118,9 @@ def load(config: ml_collections.ConfigDict) -> UserData:
         ood={
             name: prepare(split, ood_specs[name], ood_limit, labels=False)
             for name, split in ood.items()
+        },
+        shift={
+            name: prepare(split, shift_specs[name], d.eval_limit) for name, split in shifted.items()
         },
     )
     validation = None

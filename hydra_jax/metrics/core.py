@@ -255,7 +255,8 @@ def diversity(members: np.ndarray) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------- OOD scores
 
-OodScore = Literal["msp", "entropy", "mi", "energy", "max_logit"]
+OodScore = Literal["msp", "entropy", "mi", "energy", "max_logit", "gen"]
+GEN_GAMMA, GEN_TOP = 0.1, 100  # GEN's exponent and the most probable classes it sums over
 
 
 def ood_score(
@@ -267,7 +268,9 @@ def ood_score(
       probs: member probabilities `[B, M, C]` or `[B, C]`.
       kind: `msp` (-max_c p_c), `entropy` (H(p)), `mi` (mutual information between members),
         `energy` (-logsumexp_c of the member-mean logits; needs `logits`), `max_logit`
-        (-max_c of the member-mean logits, Hendrycks et al. 2022; needs `logits`).
+        (-max_c of the member-mean logits, Hendrycks et al. 2022; needs `logits`), `gen` (the
+        generalised entropy of Liu et al. 2023, `sum_j p_j^g (1 - p_j)^g` over the `GEN_TOP`
+        most probable classes, `g = GEN_GAMMA`: their defaults, as OpenOOD's).
       logits: member logits, same shape as `probs`, for `energy` and `max_logit`.
 
     Raises:
@@ -282,6 +285,9 @@ def ood_score(
         return _entropy(p)
     if kind == "mi":
         return np.maximum(_entropy(p) - _entropy(members).mean(1), 0.0)
+    if kind == "gen":
+        top = -np.sort(-p, axis=-1)[:, :GEN_TOP]
+        return (top**GEN_GAMMA * np.maximum(1.0 - top, 0.0) ** GEN_GAMMA).sum(-1)
     if kind in ("energy", "max_logit"):
         if logits is None:
             raise ValueError(f"the {kind} score needs logits")
@@ -290,7 +296,9 @@ def ood_score(
         if kind == "max_logit":
             return -top[:, 0]
         return -(top[:, 0] + np.log(np.exp(mean_logits - top).sum(-1)))
-    raise ValueError(f"unknown OOD score {kind!r}; choose msp, entropy, mi, energy or max_logit")
+    raise ValueError(
+        f"unknown OOD score {kind!r}; choose msp, entropy, mi, energy, max_logit or gen"
+    )
 
 
 def _roc_points(id_scores: np.ndarray, ood_scores: np.ndarray) -> tuple:
@@ -321,23 +329,25 @@ def ood(
     ood_scores: np.ndarray,
     fpr95_convention: Literal["first_above", "closest"] = "first_above",
 ) -> dict[str, float]:
-    """AUROC, AUPR and FPR95 for separating OOD (positive) from ID by score (higher = OOD).
+    """AUROC, AUPR-Out, AUPR-In and FPR95 for separating OOD from ID by score (higher = OOD).
 
-    AUROC counts ties as half (as scikit-learn). AUPR is average precision with OOD positive.
+    AUROC counts ties as half (as scikit-learn). AUPR (`aupr`, AUPR-Out) is average precision
+    with OOD positive; AUPR-In (`aupr_in`, as OpenOOD reports beside it) with ID positive and
+    the negated score, both as scikit-learn's `average_precision_score`.
     FPR95: the fraction of ID examples flagged at the first ROC point whose OOD recall reaches
     95% (`"first_above"`, the convention of torch-uncertainty 0.13 and pytorch-ood 0.4), or with
     `fpr95_convention="closest"` at the point whose recall is closest to 95% (ties to the larger
     FPR; the older rule of earlier torch-uncertainty releases).
 
     Returns:
-      `{"auroc", "aupr", "fpr95"}` as fractions in [0, 1].
+      `{"auroc", "aupr", "aupr_in", "fpr95"}` as fractions in [0, 1].
     """
     id_scores = _check_scores(id_scores, "id_scores")
     ood_scores = _check_scores(ood_scores, "ood_scores")
     fpr, tpr, tp, fp = _roc_points(id_scores, ood_scores)
     auroc = float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))
-    precision = tp[1:] / (tp[1:] + fp[1:])
-    aupr = float(np.sum(np.diff(tpr) * precision))
+    aupr = _average_precision(tpr, tp, fp)
+    aupr_in = _average_precision(*_roc_points(-ood_scores, -id_scores)[1:])
     if fpr95_convention == "closest":
         distance = np.abs(tpr - 0.95)
         candidates = np.nonzero(np.isclose(distance, distance.min(), rtol=0, atol=1e-12))[0]
@@ -346,14 +356,20 @@ def ood(
         fpr95 = float(fpr[np.argmax(tpr >= 0.95)])
     else:
         raise ValueError(f"unknown fpr95_convention {fpr95_convention!r}")
-    return {"auroc": auroc, "aupr": aupr, "fpr95": fpr95}
+    return {"auroc": auroc, "aupr": aupr, "aupr_in": aupr_in, "fpr95": fpr95}
+
+
+def _average_precision(tpr: np.ndarray, tp: np.ndarray, fp: np.ndarray) -> float:
+    """Average precision from `_roc_points`' recall and counts (its second argument positive)."""
+    return float(np.sum(np.diff(tpr) * tp[1:] / (tp[1:] + fp[1:])))
 
 
 def misclassification(
     probs: np.ndarray, labels: np.ndarray, kind: OodScore = "msp"
 ) -> dict[str, float]:
     """Failure prediction: AUROC, AUPR and FPR95 for separating wrong predictions (positive)
-    from correct ones by the uncertainty score `kind` of `ood_score` (MSP: -max_c p_c).
+    from correct ones by the uncertainty score `kind` of `ood_score` (MSP: -max_c p_c), and
+    `aupr_in` with the correct ones positive.
 
     Raises:
       ValueError: every prediction is right, or every one is wrong (nothing to separate); and

@@ -6,8 +6,12 @@ for one model. Every score is "higher = more OOD", as `ood_score`'s. Each detect
 fitted and scored one by one (`member_scores`), and a table shows the member mean of the score.
 
 - `mahalanobis` (Lee et al. 2018): the smallest squared Mahalanobis distance to a class mean,
-  under the covariance shared by the classes (the within-class scatter; pseudo-inverse); the
-  classes are those with training examples (a zero-shot study's held-out ones have none).
+  under the covariance shared by the classes (the within-class scatter); the classes are those
+  with training examples (a zero-shot study's held-out ones have none). The covariance is
+  inverted as estimated (`covariance="pinv"`: the pseudo-inverse of the maximum-likelihood
+  estimate, as Lee et al. and OpenOOD) or first shrunk towards a multiple of the identity
+  (`"ledoit_wolf"`: Ledoit & Wolf 2004, scikit-learn's `LedoitWolf`), which bounds the weight
+  of near-singular directions (features whose covariance spans many orders of magnitude).
 - `relative_mahalanobis` (Ren et al. 2021): the smallest `MD_c(x) - MD_0(x)`, `MD_0` the
   distance to the mean of all training features under their own covariance.
 - `knn` (Sun et al. 2022): the distance from the L2-normalised feature to its k-th nearest
@@ -18,6 +22,14 @@ fitted and scored one by one (`member_scores`), and a table shows the member mea
   norm. The classifier's `W` and `b` are recovered from the training features and logits by
   least squares (`affine`): logits are an affine function of the features, so the fit is exact
   to rounding, and it is refused where it is not.
+- `react` (Sun et al. 2021): the energy score `-logsumexp` of the logits recomputed by that
+  classifier from the features clipped above at the `REACT_PERCENTILE`-th percentile of every
+  training feature value (OpenOOD's and the paper's 90).
+- `kl_matching` (Hendrycks et al. 2022): `KL(p(x) || d_c)`, the divergence of the softmax from
+  the mean training softmax `d_c` of the examples predicted as `c`, the class predicted for `x`
+  (pytorch-ood's rule; the paper fits on validation outputs, here the training subset's). A
+  class that no training example is predicted as has no template: its examples take the
+  nearest one (the smallest divergence).
 """
 
 from __future__ import annotations
@@ -29,8 +41,12 @@ import numpy as np
 from hydra_jax import checks
 from hydra_jax.metrics.core import check_labels
 
-Detector = Literal["mahalanobis", "relative_mahalanobis", "knn", "vim"]
-DETECTORS: tuple[str, ...] = ("mahalanobis", "relative_mahalanobis", "knn", "vim")
+Detector = Literal["mahalanobis", "relative_mahalanobis", "knn", "vim", "react", "kl_matching"]
+DETECTORS: tuple[str, ...] = (
+    "mahalanobis", "relative_mahalanobis", "knn", "vim", "react", "kl_matching"
+)  # fmt: skip
+REACT_PERCENTILE = 90.0
+COVARIANCES = ("pinv", "ledoit_wolf")
 ROWS = 2048  # examples scored at a time, so memory does not grow with the scored set
 
 
@@ -96,12 +112,14 @@ def fit(
     num_classes: int,
     k: int = 50,
     vim_dim: int = 0,
+    covariance: str = "pinv",
 ) -> dict[str, Any]:
     """The statistics of `detector` from training `features` `[N, D]`, `labels` `[N]` and
-    `logits` `[N, C]` (`k`: KNN's neighbour; `vim_dim`: ViM's principal dimensions, 0 = D / 2).
+    `logits` `[N, C]` (`k`: KNN's neighbour; `vim_dim`: ViM's principal dimensions, 0 = D / 2;
+    `covariance`: the Mahalanobis detectors' estimator, `COVARIANCES`).
 
     Raises:
-      ValueError: an unknown detector, bad shapes, `vim_dim` outside [1, D).
+      ValueError: an unknown detector or covariance, bad shapes, `vim_dim` outside [1, D).
       CannotFitError: `k` above the number of training examples (KNN), no more examples than
         feature dimensions (ViM).
     """
@@ -109,14 +127,14 @@ def fit(
     N, D = features.shape
     labels = check_labels(labels, N, num_classes)
     if detector in ("mahalanobis", "relative_mahalanobis"):
+        if covariance not in COVARIANCES:
+            raise ValueError(f"covariance: {covariance!r}; one of {', '.join(COVARIANCES)}")
         classes, index = np.unique(labels, return_inverse=True)  # those with training examples
         means = np.stack([features[labels == c].mean(0) for c in classes])
-        centred = features - means[index]
-        stats = {"means": means, "precision": np.linalg.pinv(centred.T @ centred / N)}
+        stats = {"means": means, "precision": _precision(features - means[index], covariance)}
         if detector == "relative_mahalanobis":
             mean0 = features.mean(0)
-            background = features - mean0
-            stats |= {"mean0": mean0, "precision0": np.linalg.pinv(background.T @ background / N)}
+            stats |= {"mean0": mean0, "precision0": _precision(features - mean0, covariance)}
         return stats
     if detector == "knn":
         checks.count("k", k)
@@ -136,7 +154,48 @@ def fit(
         norms = np.linalg.norm(centred @ residual, axis=-1)
         alpha = np.asarray(logits, np.float64).max(-1).mean() / norms.mean()
         return {"u": u, "residual": residual, "alpha": float(alpha)}
+    if detector == "react":
+        W, b = affine(features, logits)
+        return {"W": W, "b": b, "clip": float(np.percentile(features, REACT_PERCENTILE))}
+    if detector == "kl_matching":
+        p = _softmax(_features(logits, "training logits"))
+        predicted = p.argmax(-1)
+        classes = np.unique(predicted)
+        return {"classes": classes, "templates": np.stack([p[predicted == c].mean(0)
+                                                           for c in classes])}  # fmt: skip
     raise ValueError(f"unknown detector {detector!r}; choose one of {DETECTORS}")
+
+
+def _precision(centred: np.ndarray, covariance: str) -> np.ndarray:
+    """The inverse covariance of `centred` `[N, D]` (rows already centred): the pseudo-inverse
+    of `X'X / N`, or of its Ledoit-Wolf shrinkage `(1 - s) S + s mu I` with `mu = tr(S) / D`
+    and `s` their estimate of the optimal intensity (as scikit-learn's `ledoit_wolf_shrinkage`
+    on centred data)."""
+    N, D = centred.shape
+    empirical = centred.T @ centred / N
+    if covariance == "pinv":
+        return np.linalg.pinv(empirical)
+    squared = centred**2
+    variances = squared.sum(0) / N  # [D]
+    mu = variances.sum() / D
+    beta = (squared.T @ squared).sum() / N  # sum over i, j of (1/N) sum_n x_ni^2 x_nj^2
+    delta = (empirical**2).sum()  # the squared Frobenius norm of S
+    beta = (beta - delta) / (D * N)
+    delta = (delta - 2 * mu * variances.sum() + D * mu**2) / D
+    shrinkage = 0.0 if beta == 0 else min(beta, delta) / delta
+    shrunk = (1 - shrinkage) * empirical + shrinkage * mu * np.eye(D)
+    return np.linalg.pinv(shrunk)
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _energy(z: np.ndarray) -> np.ndarray:
+    """`-logsumexp(z)` over the last axis."""
+    top = z.max(-1)
+    return -(top + np.log(np.exp(z - top[..., None]).sum(-1)))
 
 
 def score(
@@ -164,11 +223,17 @@ def score(
         return np.sqrt(kth)
     if detector == "vim":
         z = np.asarray(logits, np.float64)
-        top = z.max(-1)
-        energy = top + np.log(np.exp(z - top[:, None]).sum(-1))
-        return (
-            stats["alpha"] * np.linalg.norm((x - stats["u"]) @ stats["residual"], axis=-1) - energy
-        )
+        residual = np.linalg.norm((x - stats["u"]) @ stats["residual"], axis=-1)
+        return stats["alpha"] * residual + _energy(z)
+    if detector == "react":
+        return _energy(np.minimum(x, stats["clip"]) @ stats["W"] + stats["b"])
+    if detector == "kl_matching":
+        p = _softmax(np.asarray(logits, np.float64))
+        log_q = np.log(np.maximum(stats["templates"], np.finfo(np.float64).tiny))  # [K, C]
+        own_entropy = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0).sum(-1)
+        kl = own_entropy[:, None] - p @ log_q.T  # [N, K]: KL(p || d_k) = sum p log p - p log d_k
+        own = stats["classes"] == p.argmax(-1)[:, None]  # the template of the predicted class
+        return np.where(own.any(-1), np.where(own, kl, 0.0).sum(-1), kl.min(-1))
     raise ValueError(f"unknown detector {detector!r}; choose one of {DETECTORS}")
 
 
@@ -179,6 +244,7 @@ def member_scores(
     num_classes: int,
     k: int = 50,
     vim_dim: int = 0,
+    covariance: str = "pinv",
 ) -> dict[str, np.ndarray]:
     """Per set of `sets` (`name -> (features [N, M, D], logits [N, M, C])`), scores `[N, M]`
     of each member's detector, fitted on that member's `train` (`(features [N, M, D], labels
@@ -187,7 +253,9 @@ def member_scores(
     M = np.shape(features)[1]
     out: dict[str, list[np.ndarray]] = {name: [] for name in sets}
     for m in range(M):
-        stats = fit(detector, features[:, m], labels, logits[:, m], num_classes, k, vim_dim)
+        stats = fit(
+            detector, features[:, m], labels, logits[:, m], num_classes, k, vim_dim, covariance
+        )
         for name, (x, z) in sets.items():
             out[name].append(score(detector, stats, x[:, m], z[:, m]))
     return {name: np.stack(s, 1) for name, s in out.items()}

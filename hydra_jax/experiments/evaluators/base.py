@@ -14,8 +14,8 @@ from hydra_jax.evaluation import Method
 from hydra_jax.experiments.workdir import split_names
 from hydra_jax.metrics import detectors
 
-OUTPUT_SCORES = ("msp", "entropy", "mi", "energy", "max_logit")  # from the outputs
-FEATURE_SCORES = detectors.DETECTORS  # from the member features, fitted on training data
+OUTPUT_SCORES = ("msp", "entropy", "mi", "energy", "max_logit", "gen")  # from the outputs
+FEATURE_SCORES = detectors.DETECTORS  # fitted per member on the training subset
 OOD_SCORES = OUTPUT_SCORES + FEATURE_SCORES
 OOD_GROUPS = ("near", "far")
 
@@ -28,7 +28,8 @@ class Settings:
     feature detectors fit on (`feature_fit_limit`) and validation examples temperature scaling
     and conformal calibration use (`calibration_limit`), each a fixed random subset (seed 0; 0
     = all); the dtype member features are stored in (`features_dtype`), which the detectors
-    then read, so the saved arrays reproduce every number."""
+    then read, so the saved arrays reproduce every number; the Mahalanobis detectors'
+    covariance estimator (`covariance`: `detectors.COVARIANCES`)."""
 
     num_bins: int = 15
     alpha: float = 0.1
@@ -38,7 +39,8 @@ class Settings:
     vim_dim: int = 0
     feature_fit_limit: int = 1000
     calibration_limit: int = 1000
-    features_dtype: str = "float16"
+    features_dtype: str = "float32"
+    covariance: str = "pinv"
 
     @classmethod
     def of(cls, config: ml_collections.ConfigDict) -> Settings:

@@ -27,7 +27,7 @@ from hydra_jax.experiments.study_data import OOD_GROUPS as OWN_GROUPS
 from hydra_jax.experiments.workdir import split_names
 from hydra_jax.metrics import detectors
 
-_OOD_KEYS = ("auroc", "aupr", "fpr95")
+_OOD_KEYS = ("auroc", "aupr", "aupr_in", "fpr95")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,13 +39,15 @@ class OODDetection:
     means over all sets (`mean`) and over each group's (`mean_near`, `mean_far`); a feature
     detector's mean AUROC of each member alone is under `mean.by_member`. A detector
     that cannot be fitted on the training subset (ViM with fewer examples than feature
-    dimensions, KNN with fewer than k) is left out, its reason under `mean.skipped`."""
+    dimensions, KNN with fewer than k) is left out, its reason under `mean.skipped`. Every
+    entry holds AUROC, AUPR (OOD positive), AUPR-In (ID positive) and FPR95."""
 
     ood_sets: tuple[str, ...]
     scores: tuple[str, ...] = OUTPUT_SCORES
     groups: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
     knn_k: int = 50
     vim_dim: int = 0
+    covariance: str = "pinv"
     key: ClassVar[str] = "ood"
 
     @property
@@ -119,6 +121,7 @@ class OODDetection:
             num_classes,
             self.knn_k,
             self.vim_dim,
+            self.covariance,
         )
 
     def section(self, methods: dict[str, Any]) -> list[str]:
@@ -170,7 +173,10 @@ def msp_table(methods: dict[str, Any], key: str = "ood") -> list[str]:
         "|---|" + "---|" * (len(ood_sets) + 1),
     ]
     for name, r in methods.items():
-        cells = [" / ".join(pct(r[key][s][k]) for k in _OOD_KEYS) for s in [*ood_sets, "mean"]]
+        cells = [
+            " / ".join(pct(r[key][s][k]) for k in ("auroc", "aupr", "fpr95"))
+            for s in [*ood_sets, "mean"]
+        ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
@@ -204,4 +210,6 @@ def ood_groups(config: ml_collections.ConfigDict, ood_sets: Sequence[str]) -> di
 
 def build(settings: Settings, sets: Sets, config: ml_collections.ConfigDict) -> OODDetection:
     s = settings
-    return OODDetection(tuple(sets.ood), tuple(ood_scores(config)), sets.groups, s.knn_k, s.vim_dim)
+    return OODDetection(
+        tuple(sets.ood), tuple(ood_scores(config)), sets.groups, s.knn_k, s.vim_dim, s.covariance
+    )

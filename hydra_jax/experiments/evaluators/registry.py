@@ -26,6 +26,7 @@ from hydra_jax.experiments.evaluators.held_out import HeldOutClasses
 from hydra_jax.experiments.study_data import StudyData
 from hydra_jax.experiments.user_files import named_specs
 from hydra_jax.experiments.workdir import split_names
+from hydra_jax.metrics import detectors
 
 Build = Callable[[Settings, Sets, ml_collections.ConfigDict], Evaluator]
 EVALUATORS: dict[str, Build] = {
@@ -64,6 +65,11 @@ def check(config: ml_collections.ConfigDict, has_validation: bool | None = None)
         raise ValueError(
             f"eval.features_dtype must be float16 or float32, got {s.features_dtype!r}"
         )
+    if s.covariance not in detectors.COVARIANCES:
+        raise ValueError(
+            f"eval.covariance must be one of {', '.join(detectors.COVARIANCES)}, got "
+            f"{s.covariance!r}"
+        )
     data = config.get("data")
     if data is not None and data.get("source") == "files":
         ood_sets = list(named_specs(data.get("ood", ""), "data.ood"))
@@ -74,6 +80,9 @@ def check(config: ml_collections.ConfigDict, has_validation: bool | None = None)
                 "means over sets (`mean`, `mean_near`, `mean_far`); rename them"
             )
         ood.ood_groups(config, ood_sets)
+        shifts = list(named_specs(data.get("shift", ""), "data.shift"))
+        if [n for n in shifts if n == "mean"]:
+            raise ValueError("data.shift: 'mean' is the results' mean over shifted sets; rename it")
     elif data is not None and data.get("source") == "embedded":
         ood.ood_groups(config, list(data.get("ood_sets", ())))
     explicit = bool(split_names(config.get("evaluators", "")))

@@ -15,7 +15,8 @@ from hydra_jax.experiments.evaluators.base import Predictions, Sets, Settings, p
 
 @dataclasses.dataclass(frozen=True)
 class Shift:
-    """Accuracy, NLL and ECE on each shifted copy of the ID test set (`CORRUPTION_SEVERITY`)."""
+    """Accuracy, NLL and ECE on each shifted copy of the ID test set: the embedded studies'
+    corruptions (`CORRUPTION_SEVERITY`), or the generic study's `data.shift` sets."""
 
     names: tuple[str, ...]
     num_bins: int = 15
@@ -33,7 +34,7 @@ class Shift:
         shifts = list(next(iter(methods.values())).get(self.key, {}))
         if not shifts:
             return []
-        lines = ["", "## Dataset shift (the ID test set corrupted; CORRUPTION_SEVERITY)"]
+        lines = ["", "## Dataset shift (each shifted copy of the ID test set)"]
         for key, label, fmt in (
             ("acc", "accuracy %", pct),
             ("nll", "NLL", "{:.4f}".format),

@@ -3,6 +3,7 @@ refused by name before any training when unknown or inconsistent."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from configs import (
@@ -88,3 +89,23 @@ def test_the_pruning_configs_declare_the_analysis_defaults(module):
     for variant, smoke in (("", False), ("smoke", True)):
         got = module.get_config(variant).pruning_curves.to_dict()
         assert got == pruning.default_config(smoke).to_dict(), (module.__name__, variant)
+
+
+def test_predictions_round_trip_through_their_arrays_with_shifted_sets_of_any_size():
+    """`predictions/NAME.npz` holds each shifted set's own labels: the generic study's sets
+    differ in size and labels."""
+    rng = np.random.default_rng(0)
+
+    def outputs(n: int, labelled: bool = True) -> evaluators.Outputs:
+        logits = rng.normal(size=(n, 2, 3)).astype(np.float32)
+        probs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+        return evaluators.Outputs(logits, probs, rng.integers(0, 3, n) if labelled else None)
+
+    predictions = evaluators.Predictions(
+        outputs(6), {"far": outputs(4, False)}, {"blur": outputs(5), "typos": outputs(3)}
+    )
+    again = evaluators.Predictions.from_arrays(predictions.arrays())
+    for name in ("blur", "typos"):
+        np.testing.assert_array_equal(again.shift[name].labels, predictions.shift[name].labels)
+        np.testing.assert_array_equal(again.shift[name].probs, predictions.shift[name].probs)
+    assert again.ood["far"].labels is None and len(again.id.labels) == 6

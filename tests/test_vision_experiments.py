@@ -75,7 +75,7 @@ def test_shift_metrics_are_recomputable_from_predictions(vision_run):
         for shift in shifts:
             recomputed = metrics.classification(
                 predictions[f"shift_{shift}_probs"],
-                predictions["shift_labels"],
+                predictions[f"shift_{shift}_labels"],
                 config.eval.num_bins,
             )
             assert recomputed == results["methods"][name]["shift"][shift]

@@ -73,7 +73,7 @@ class Predictions:
     """One method's outputs on the ID test set (`id`), each OOD set and shifted set by name, and
     where the evaluators need them, the validation subset and the training subset (with
     features). `arrays` and `from_arrays` convert to and from `predictions/NAME.npz`, whose
-    keys are `labels`, `id_logits`, `ood_NAME_probs`, `shift_labels`, `val_logits`,
+    keys are `labels`, `id_logits`, `ood_NAME_probs`, `shift_NAME_labels`, `val_logits`,
     `train_features`, ..."""
 
     id: Outputs
@@ -104,8 +104,8 @@ class Predictions:
         for prefix, outputs in (("val", self.validation), ("train", self.train)):
             if outputs is not None:
                 out[f"{prefix}_labels"] = outputs.labels
-        if self.shift:
-            out["shift_labels"] = next(iter(self.shift.values())).labels
+        for name, outputs in self.shift.items():  # each set its own (they may differ in size)
+            out[f"shift_{name}_labels"] = outputs.labels
         return out
 
     @classmethod
@@ -125,6 +125,10 @@ class Predictions:
             return [k[len(start) : -len(end)] for k in arrays if k.startswith(start) and
                     k.endswith(end)]  # fmt: skip
 
+        def shift_labels(name: str) -> np.ndarray:  # a file may hold one array for every set
+            return arrays[f"shift_{name}_labels" if f"shift_{name}_labels" in arrays else
+                          "shift_labels"]  # fmt: skip
+
         optional = {
             p: outputs(p, arrays[f"{p}_labels"]) if f"{p}_logits" in arrays else None
             for p in ("val", "train")
@@ -132,7 +136,7 @@ class Predictions:
         return cls(
             outputs("id", arrays["labels"]),
             {n: outputs(f"ood_{n}", None) for n in named("ood")},
-            {n: outputs(f"shift_{n}", arrays["shift_labels"]) for n in named("shift")},
+            {n: outputs(f"shift_{n}", shift_labels(n)) for n in named("shift")},
             optional["val"],
             optional["train"],
         )

@@ -12,7 +12,7 @@ The package has one dependency direction; a module imports only its own layer or
   2. `data` (the dataset protocol, text and image sources, the user's files, the Grain
      loader), `training` (`fit`), `evaluation` (predictions, reports, seeds)
   3. `experiments` (the study engine: methods, evaluators, analyses, workdirs; the CLI)
-  4. the entry points `train.py`, `evaluate.py`, `compare.py`, `seeds.py` and `hydra-jax`
+  4. the entry points `train.py`, `evaluate.py`, `seeds.py` and `hydra-jax`
 
 `tests/test_layers.py` reads every import and holds the package to it. `import hydra_jax`
 needs only the core dependencies; the studies' packages (`pip install "hydra_jax[studies]"`)

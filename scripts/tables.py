@@ -167,12 +167,14 @@ def collect(file: str, table: str, workdirs: list[Path], data: Path = DATA) -> N
     """Fills `table`'s rows from evaluated workdirs (one per study seed), scaled by `scale`.
 
     A row named "a - b" gets the mean OOD AUROC difference of methods a and b with its paired
-    bootstrap interval pooled over the workdirs (in points); any other row is a method: a
+    bootstrap interval pooled over the workdirs (in points; `hydra-jax compare`'s row
+    `ood.mean.auroc`, the path a user's own tables take); any other row is a method: a
     `mean_std` column takes the mean and std over workdirs of the headline metric its header
     names (`hydra_jax.evaluation.seeds.HEADLINE`), any other column the value at its path in
     the method's `results.json` entry (one workdir).
     """
     from hydra_jax.evaluation import seeds
+    from hydra_jax.experiments import compare
 
     path = data / f"{file}.json"
     tables = json.loads(path.read_text())
@@ -185,13 +187,13 @@ def collect(file: str, table: str, workdirs: list[Path], data: Path = DATA) -> N
         name = str(row[first["name"]])
         if " - " in name:
             a, b = name.split(" - ")
-            d = seeds.pooled_difference(workdirs, a, b)
-            interval = [d["low"], d["high"]]
-            values = {"interval": interval, "verdict": [d["difference"], *interval]}
+            (auroc,) = compare.compare(workdirs, a, b, only=("ood.mean.auroc",))
+            interval = [auroc.diff_low, auroc.diff_high]
+            values = {"interval": interval, "verdict": [auroc.diff, *interval]}
         for column in columns:
             keys = column.get("keys", [column["name"]])
             if " - " in name:
-                found = values.get(column.get("style"), [d["difference"]])
+                found = values.get(column.get("style"), [auroc.diff])
                 found = [100 * v for v in found]
             elif column.get("style") == "mean_std":
                 found = [*summary[name][column["header"]]]

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -33,7 +35,7 @@ from hydra_jax import metrics, testing
 from hydra_jax.data import random_tokens
 from hydra_jax.ensembles import STRATEGIES
 from hydra_jax.evaluation import predict, softmax, xla_flops
-from hydra_jax.experiments import engine, evaluators, members, methods, plan, study_data
+from hydra_jax.experiments import cli, engine, evaluators, members, methods, plan, study_data
 from hydra_jax.experiments.workdir import LOCK_FILE, Workdir, WorkdirError, flat
 from hydra_jax.models import BertConfig, EncoderConfig
 from hydra_jax.testing import assert_trained_params_close
@@ -170,16 +172,14 @@ def test_bf16_evaluation_of_the_smoke_run_is_close_to_fp32(smoke_run):
         assert abs(auroc) <= BF16_TOLERANCE["auroc"]
 
 
-def test_compare_reports_the_paired_auroc_difference(smoke_run):
-    _, workdir, results = smoke_run
-    command = [sys.executable, str(REPO / "compare.py"), f"--workdir={workdir}",
-               "--a=deep_ensemble", "--b=single", "--resamples=20"]  # fmt: skip
-    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    mean = {
-        m: 100 * results["methods"][m]["ood"]["mean"]["auroc"] for m in ("deep_ensemble", "single")
-    }
-    assert f"deep_ensemble: mean OOD AUROC {mean['deep_ensemble']:.2f}" in out
-    assert f"deep_ensemble - single: {mean['deep_ensemble'] - mean['single']:+.2f} points" in out
+def test_the_hydra_jax_command_runs_compare(smoke_run, capsys):
+    _, workdir, _ = smoke_run
+    argv = ["hydra-jax", "compare", str(workdir), "--a=deep_ensemble", "--b=single",
+            "--resamples=5"]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 0
+    assert "deep_ensemble vs single over 1 seeds" in capsys.readouterr().out
 
 
 def test_mc_dropout_flops_count_every_sample(smoke_run):
@@ -518,3 +518,47 @@ def test_where_members_and_data_come_from_is_explicit_and_checked(changes, messa
     with pytest.raises(ValueError, match=message):
         engine.train(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_compare_gives_every_metric_over_seeds_with_paired_intervals(smoke_run, tmp_path):
+    """`hydra-jax compare` over two "seeds" (the smoke run twice): every evaluator's metric,
+    per OOD set and detector too, with mean and std, and the mean OOD AUROC's interval exactly
+    that of `metrics.pooled_auroc_difference` on the same draws."""
+    from hydra_jax.evaluation import seeds
+    from hydra_jax.experiments import compare
+
+    _, workdir, results = smoke_run
+    a, b = "deep_ensemble", "single"
+    rows = compare.compare([workdir, workdir], a, b, resamples=20)
+    by = {r.metric: r for r in rows}
+    wanted = ["id.acc", "id.nll", "id.ece", "selective.aurc", "selective.augrc",
+              "conformal.lac.test.coverage", "ood.tweets.by_score.msp.auroc"] + [
+        f"ood.mean.by_score.{s}.auroc"
+        for s in ("msp", "energy", "gen", "mahalanobis", "knn", "vim", "react", "kl_matching")
+    ]  # fmt: skip
+    assert not [m for m in wanted if m not in by]
+    acc = by["id.acc"]
+    assert (acc.a_mean, acc.b_mean) == (results["methods"][a]["id"]["acc"],
+                                        results["methods"][b]["id"]["acc"])  # fmt: skip
+    assert acc.a_std == 0 and acc.diff == acc.a_mean - acc.b_mean and acc.better == "higher"
+    assert by["id.nll"].better == "lower" and by["conformal.lac.test.coverage"].better == ""
+    assert math.isnan(by["cost.latency_ms"].diff_low)  # the cost: mean and std only
+    pooled = seeds.pooled_difference([workdir, workdir], a, b, resamples=20)
+    auroc = by["ood.mean.auroc"]
+    assert (auroc.diff_low, auroc.diff_high) == pytest.approx((pooled["low"], pooled["high"]),
+                                                              abs=1e-12)  # fmt: skip
+    assert auroc.diff == pytest.approx(pooled["difference"], abs=1e-12)
+    same = compare.compare([workdir], a, a, resamples=3)
+    assert all(r.diff == 0 and r.verdict in ("draw", "") for r in same)
+    out = (tmp_path / "c.csv", tmp_path / "c.tex")
+    argv = [str(workdir), str(workdir), "--a", a, "--b", b, "--csv", str(out[0]),
+            "--latex", str(out[1]), "--resamples", "5"]  # fmt: skip
+    assert compare.main(argv) == 0
+    with open(out[0]) as file:
+        table = list(csv.DictReader(file))
+    assert list(table[0])[:8] == ["metric", "a_mean", "a_std", "b_mean", "b_std", "diff",
+                                  "diff_low", "diff_high"]  # fmt: skip
+    assert {row["metric"] for row in table} == set(by)
+    tex = out[1].read_text()
+    assert "\\toprule" in tex and "id.acc".replace("_", "\\_") in tex and "$\\pm$" in tex
+    assert compare.main([str(workdir), "--a", a, "--b", "nothing"]) == 2

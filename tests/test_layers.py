@@ -17,7 +17,7 @@ LAYERS = {
     "data": 2, "training": 2, "evaluation": 2,
     "experiments": 3,
 }  # fmt: skip
-ENTRY_POINTS = ("train.py", "evaluate.py", "compare.py")
+ENTRY_POINTS = ("train.py", "evaluate.py", "seeds.py")
 
 
 def unit(path: Path) -> str:

@@ -129,6 +129,7 @@ STAGES = ("train", "evaluate")
 PACKAGED_CONFIGS = {"custom": Path(__file__).with_name("custom.py")}
 USAGE = """usage: hydra-jax {train,evaluate} --config CONFIG[:VARIANT] --workdir DIR [--config.K=V]
        hydra-jax plan --config FILE[:ARG] --target cpu:N|TOPOLOGY [--mesh A=N,...] [--json F]
+       hydra-jax compare WORKDIR... --a METHOD --b METHOD [--csv F] [--latex F]
 
   hydra-jax train    --config custom --workdir runs/mine --config.model=CHECKPOINT_DIR \\
       --config.data.train=csv:train.csv --config.data.test=csv:test.csv
@@ -136,7 +137,9 @@ USAGE = """usage: hydra-jax {train,evaluate} --config CONFIG[:VARIANT] --workdir
 
 CONFIG is `custom` (the generic study on your checkpoint and files; `custom:smoke` cuts every
 budget) or the path of a config file. `hydra-jax train --helpfull` lists the flags. `plan`
-compiles a config's programs for a target without running them (configs/paper/)."""
+compiles a config's programs for a target without running them (configs/paper/). `compare`
+gives every metric of two methods over evaluated workdirs (one per training seed): mean +- std
+and paired bootstrap intervals, as CSV and LaTeX."""
 
 
 def packaged_config(argv: Sequence[str]) -> list[str]:
@@ -156,13 +159,18 @@ def packaged_config(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> Any:
-    """The `hydra-jax` console command: `hydra-jax train|evaluate --config ... --workdir ...`, or
-    `hydra-jax plan --config ... --target ...` (`hydra_jax.experiments.aot`)."""
+    """The `hydra-jax` console command: `hydra-jax train|evaluate --config ... --workdir ...`,
+    `hydra-jax plan --config ... --target ...` (`hydra_jax.experiments.aot`), or `hydra-jax
+    compare WORKDIR... --a A --b B` (`hydra_jax.experiments.compare`)."""
     argv = list(sys.argv if argv is None else argv)
     if len(argv) > 1 and argv[1] == "plan":
         from hydra_jax.experiments import aot
 
         sys.exit(aot.main(argv[2:]))
+    if len(argv) > 1 and argv[1] == "compare":
+        from hydra_jax.experiments import compare
+
+        sys.exit(compare.main(argv[2:]))
     if len(argv) < 2 or argv[1] not in STAGES:
         asked = len(argv) > 1 and argv[1] in ("-h", "--help", "help")
         print(USAGE, file=sys.stdout if asked else sys.stderr)

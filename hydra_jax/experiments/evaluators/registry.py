@@ -6,7 +6,7 @@ A new evaluator is one module of this package (its class, with its report sectio
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import ml_collections
 import numpy as np
@@ -98,10 +98,12 @@ def study(
     config: ml_collections.ConfigDict,
     sets: Sets,
     held_out: dict[str, int] | None = None,
+    leave_out: Collection[str] = (),
 ) -> list[Evaluator]:
     """The evaluators of `config.evaluators` that the study's sets allow (calibration and
-    conformal need validation data, shift needs shifted sets), and the seen vs held-out
-    classes where `held_out` (the classes never trained on, name -> index) has some.
+    conformal need validation data, shift needs shifted sets), but those of `leave_out`, and
+    the seen vs held-out classes where `held_out` (the classes never trained on, name ->
+    index) has some.
 
     Raises:
       ValueError: held-out classes, but an ID test set without both seen and held-out examples.
@@ -112,7 +114,7 @@ def study(
     evaluators = [
         EVALUATORS[name](settings, sets, config)
         for name in names(config)
-        if allowed.get(name, True)
+        if allowed.get(name, True) and name not in leave_out
     ]
     if held_out:
         mask = np.isin(sets.test.labels, list(held_out.values()))

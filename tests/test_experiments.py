@@ -96,6 +96,10 @@ def test_every_artefact_exists(smoke_run):
         assert (workdir / "predictions" / f"{name}.npz").is_file()
         assert (workdir / "plots" / f"reliability_{name}.png").stat().st_size > 1000
         assert (workdir / "plots" / f"ood_scores_{name}.png").stat().st_size > 1000
+        assert (workdir / "plots" / f"ood_curves_{name}.png").stat().st_size > 1000
+        report = (workdir / "report.md").read_text()
+        assert f"![{name}: reliability](plots/reliability_{name}.png)" in report
+        assert f"![{name}: OOD curves](plots/ood_curves_{name}.png)" in report
         cost = results["methods"][name]["cost"]
         assert cost["params"] > 6e5 and cost["flops_per_example"] > 0 and cost["latency_ms"] > 0
     for seed in (0, 1):
@@ -562,3 +566,23 @@ def test_compare_gives_every_metric_over_seeds_with_paired_intervals(smoke_run, 
     tex = out[1].read_text()
     assert "\\toprule" in tex and "id.acc".replace("_", "\\_") in tex and "$\\pm$" in tex
     assert compare.main([str(workdir), "--a", a, "--b", "nothing"]) == 2
+
+
+def test_a_finished_workdir_is_plotted_again_from_its_files(smoke_run, tmp_path):
+    """`hydra-jax plot`: the plots from `results.json` and `predictions/` alone."""
+    import shutil
+
+    from hydra_jax.experiments.evaluators import plots
+
+    _, workdir, results = smoke_run
+    copy = tmp_path / "run"
+    copy.mkdir()
+    shutil.copy(workdir / "results.json", copy)
+    shutil.copytree(workdir / "predictions", copy / "predictions")
+    written = {p.name for p in plots.replot(copy)}
+    for name in results["methods"]:
+        assert {f"reliability_{name}.png", f"ood_curves_{name}.png"} <= written
+    assert plots.COST_PLOT in written and (workdir / "plots" / plots.COST_PLOT).is_file()
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["hydra-jax", "plot", str(tmp_path / "nothing")])
+    assert exit_.value.code == 2

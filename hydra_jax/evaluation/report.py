@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -95,6 +96,74 @@ def ood_histogram(
         ax.hist(scores, bins=bins, density=True, histtype="step", linewidth=1.5, label=name)
     ax.set(xlabel="MSP score (-max p), higher = more OOD", ylabel="density", title=title)
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def ood_curves_plot(path: Path, id_scores: np.ndarray, ood_scores: dict, title: str) -> None:
+    """ROC and precision-recall curves (OOD positive) of each OOD set against the ID test set."""
+    plt = pyplot()
+    fig, (roc, pr) = plt.subplots(1, 2, figsize=(8, 3.5))
+    for name, scores in ood_scores.items():
+        curve = metrics.ood_curves(id_scores, scores)
+        auroc = metrics.ood(id_scores, scores)
+        roc.plot(curve["fpr"], curve["tpr"], label=f"{name} ({100 * auroc['auroc']:.1f})")
+        pr.step(curve["recall"], curve["precision"], where="post",
+                label=f"{name} ({100 * auroc['aupr']:.1f})")  # fmt: skip
+    roc.plot([0, 1], [0, 1], "k:", linewidth=0.8)
+    roc.set(xlabel="false positive rate (ID flagged)", ylabel="true positive rate",
+            title=f"{title}: ROC (AUROC %)")  # fmt: skip
+    pr.set(xlabel="recall (OOD)", ylabel="precision", ylim=(0, 1.02),
+           title=f"{title}: PR (AUPR %)")  # fmt: skip
+    roc.legend(fontsize="small")
+    pr.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# The y axes of the cost plot: (label, path into a method's results, scale).
+UNCERTAINTY = (
+    ("mean OOD AUROC %", ("ood", "mean", "auroc"), 100),
+    ("ECE %", ("id", "ece"), 100),
+    ("AURC", ("selective", "aurc"), 1),
+)
+
+
+def cost_plot(path: Path, methods: dict, scores: tuple[str, ...] = ("msp",)) -> None:
+    """Each method's uncertainty against its cost: mean OOD AUROC (one marker per score of
+    `scores`), ECE and AURC on the y axes, XLA FLOPs per example (top) and measured latency
+    (bottom) on the x axes, from `results.json`'s `methods` (those with a cost)."""
+    plt = pyplot()
+    costed = {n: r for n, r in methods.items() if "cost" in r}
+    fig, axes = plt.subplots(2, len(UNCERTAINTY), figsize=(4 * len(UNCERTAINTY), 7))
+    markers = "os^vD<>px*h"
+    for row, (xlabel, key, scale) in enumerate(
+        (("GFLOP / example", "flops_per_example", 1e-9), ("latency ms / batch", "latency_ms", 1))
+    ):
+        for column, (ylabel, where, yscale) in enumerate(UNCERTAINTY):
+            ax = axes[row, column]
+            for name, r in costed.items():
+                x = r["cost"][key] * scale
+                if where[0] == "ood":
+                    by = r.get("ood", {}).get("mean", {}).get("by_score", {})
+                    for k, score in enumerate(s for s in scores if s in by):
+                        ax.scatter(x, yscale * by[score]["auroc"], marker=markers[k % 11],
+                                   color=f"C{list(costed).index(name) % 10}")  # fmt: skip
+                    continue
+                value: Any = r
+                for part in where:
+                    value = value.get(part, {}) if isinstance(value, dict) else {}
+                if isinstance(value, (int, float)):
+                    ax.scatter(x, yscale * value, color=f"C{list(costed).index(name) % 10}")
+            ax.set(xlabel=xlabel, ylabel=ylabel)
+    for i, name in enumerate(costed):
+        axes[0, 0].scatter([], [], color=f"C{i % 10}", label=name)
+    for k, score in enumerate(scores):
+        axes[0, 0].scatter([], [], marker=markers[k % 11], color="grey", label=score)
+    axes[0, 0].legend(fontsize="x-small")
+    fig.suptitle("uncertainty against cost (ID test; OOD: mean over the OOD sets)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

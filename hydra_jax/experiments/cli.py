@@ -130,6 +130,7 @@ PACKAGED_CONFIGS = {"custom": Path(__file__).with_name("custom.py")}
 USAGE = """usage: hydra-jax {train,evaluate} --config CONFIG[:VARIANT] --workdir DIR [--config.K=V]
        hydra-jax plan --config FILE[:ARG] --target cpu:N|TOPOLOGY [--mesh A=N,...] [--json F]
        hydra-jax compare WORKDIR... --a METHOD --b METHOD [--csv F] [--latex F]
+       hydra-jax plot WORKDIR
 
   hydra-jax train    --config custom --workdir runs/mine --config.model=CHECKPOINT_DIR \\
       --config.data.train=csv:train.csv --config.data.test=csv:test.csv
@@ -139,7 +140,8 @@ CONFIG is `custom` (the generic study on your checkpoint and files; `custom:smok
 budget) or the path of a config file. `hydra-jax train --helpfull` lists the flags. `plan`
 compiles a config's programs for a target without running them (configs/paper/). `compare`
 gives every metric of two methods over evaluated workdirs (one per training seed): mean +- std
-and paired bootstrap intervals, as CSV and LaTeX."""
+and paired bootstrap intervals, as CSV and LaTeX. `plot` draws an evaluated workdir's plots
+again from its predictions and results."""
 
 
 def packaged_config(argv: Sequence[str]) -> list[str]:
@@ -160,8 +162,9 @@ def packaged_config(argv: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> Any:
     """The `hydra-jax` console command: `hydra-jax train|evaluate --config ... --workdir ...`,
-    `hydra-jax plan --config ... --target ...` (`hydra_jax.experiments.aot`), or `hydra-jax
-    compare WORKDIR... --a A --b B` (`hydra_jax.experiments.compare`)."""
+    `hydra-jax plan --config ... --target ...` (`hydra_jax.experiments.aot`), `hydra-jax
+    compare WORKDIR... --a A --b B` (`hydra_jax.experiments.compare`) or `hydra-jax plot
+    WORKDIR` (`hydra_jax.experiments.evaluators.plots`)."""
     argv = list(sys.argv if argv is None else argv)
     if len(argv) > 1 and argv[1] == "plan":
         from hydra_jax.experiments import aot
@@ -171,6 +174,10 @@ def main(argv: Sequence[str] | None = None) -> Any:
         from hydra_jax.experiments import compare
 
         sys.exit(compare.main(argv[2:]))
+    if len(argv) > 1 and argv[1] == "plot":
+        from hydra_jax.experiments.evaluators import plots
+
+        sys.exit(plots.main(argv[2:]))
     if len(argv) < 2 or argv[1] not in STAGES:
         asked = len(argv) > 1 and argv[1] in ("-h", "--help", "help")
         print(USAGE, file=sys.stdout if asked else sys.stderr)

@@ -51,6 +51,7 @@ from hydra_jax.data import Dataset
 from hydra_jax.evaluation import report
 from hydra_jax.experiments import evaluators, members, methods, single_pass
 from hydra_jax.experiments.analyses import Context
+from hydra_jax.experiments.evaluators import plots
 from hydra_jax.experiments.plan import (
     ANALYSES,
     Plan,
@@ -211,7 +212,11 @@ def _evaluate(config: ml_collections.ConfigDict, workdir: Workdir) -> dict[str, 
         results["methods"], method_sections = evaluators.evaluate_methods(
             config, workdir, to_evaluate, sets, chosen
         )
-        sections += method_sections
+        draw = functools.partial(
+            plots.study_plots, results["methods"], tuple(evaluators.ood_scores(config))
+        )
+        workdir.write_plots(draw)
+        sections += [*method_sections, plots.section(results["methods"])]
     for name in plan.analyses:
         context = Context(config, workdir, plan, trained.member(0), data)
         analysis_results, section = ANALYSES[name].evaluate(context)

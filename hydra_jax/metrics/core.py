@@ -359,6 +359,15 @@ def ood(
     return {"auroc": auroc, "aupr": aupr, "aupr_in": aupr_in, "fpr95": fpr95}
 
 
+def ood_curves(id_scores: np.ndarray, ood_scores: np.ndarray) -> dict[str, np.ndarray]:
+    """The ROC (`fpr`, `tpr`) and precision-recall (`recall`, `precision`) curves of `ood`'s
+    AUROC and AUPR (OOD positive), one point per distinct threshold, from the highest."""
+    fpr, tpr, tp, fp = _roc_points(
+        _check_scores(id_scores, "id_scores"), _check_scores(ood_scores, "ood_scores")
+    )
+    return {"fpr": fpr, "tpr": tpr, "recall": tpr[1:], "precision": tp[1:] / (tp[1:] + fp[1:])}
+
+
 def _average_precision(tpr: np.ndarray, tp: np.ndarray, fp: np.ndarray) -> float:
     """Average precision from `_roc_points`' recall and counts (its second argument positive)."""
     return float(np.sum(np.diff(tpr) * tp[1:] / (tp[1:] + fp[1:])))

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import ml_collections
-import numpy as np
 
-from hydra_jax import metrics
 from hydra_jax.data import Dataset
 from hydra_jax.ensembles.baselines import NoFeaturesError
-from hydra_jax.evaluation import Method, predict, report
+from hydra_jax.evaluation import Method, predict
 from hydra_jax.evaluation import softmax as to_probs
 from hydra_jax.experiments.evaluators.base import Evaluator, Outputs, Predictions, Sets, Settings
+from hydra_jax.experiments.evaluators.plots import method_plots
 from hydra_jax.experiments.workdir import Workdir
-from hydra_jax.metrics import selective
 
 
 def predictions_of(
@@ -93,29 +90,6 @@ def evaluate_methods(
         with workdir.stage(f"predict {method.name}"):
             predictions = predictions_of(method, sets, config.eval.batch_size, needs, dtype)
         workdir.write_arrays(workdir.at("predictions", method=method.name), predictions.arrays())
-        workdir.write_plots(functools.partial(_plots, method.name, predictions))
+        workdir.write_plots(functools.partial(method_plots, method.name, predictions))
         results[method.name] = score(evaluators, predictions, method)
     return results, [e.section(results) for e in evaluators]
-
-
-def _plots(name: str, predictions: Predictions, directory: Path) -> None:
-    test = predictions.id
-    report.reliability_plot(
-        directory / f"reliability_{name}.png",
-        test.probs,
-        test.labels,
-        f"{name}: reliability (ID test)",
-    )
-    p = test.probs.astype(np.float64).mean(1)
-    report.risk_coverage_plot(
-        directory / f"risk_coverage_{name}.png",
-        selective.risk_coverage(p.max(-1), p.argmax(-1) == test.labels),
-        f"{name}: risk-coverage (ID test)",
-    )
-    report.ood_histogram(
-        directory / f"ood_scores_{name}.png",
-        metrics.ood_score(test.probs, "msp"),
-        {s: metrics.ood_score(o.probs, "msp") for s, o in predictions.ood.items()},
-        f"{name}: MSP scores",
-        num_classes=test.probs.shape[-1],
-    )

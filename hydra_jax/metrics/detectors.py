@@ -25,11 +25,10 @@ fitted and scored one by one (`member_scores`), and a table shows the member mea
 - `react` (Sun et al. 2021): the energy score `-logsumexp` of the logits recomputed by that
   classifier from the features clipped above at the `REACT_PERCENTILE`-th percentile of every
   training feature value (OpenOOD's and the paper's 90).
-- `kl_matching` (Hendrycks et al. 2022): `KL(p(x) || d_c)`, the divergence of the softmax from
-  the mean training softmax `d_c` of the examples predicted as `c`, the class predicted for `x`
-  (pytorch-ood's rule; the paper fits on validation outputs, here the training subset's). A
-  class that no training example is predicted as has no template: its examples take the
-  nearest one (the smallest divergence).
+- `kl_matching` (Hendrycks et al. 2022): `min_c KL(p(x) || d_c)`, the divergence of the softmax
+  from the nearest class template `d_c`, the mean training softmax of the examples predicted as
+  `c` (the paper's rule and pytorch-ood's; the paper fits on validation outputs, here the
+  training subset's).
 """
 
 from __future__ import annotations
@@ -232,8 +231,7 @@ def score(
         log_q = np.log(np.maximum(stats["templates"], np.finfo(np.float64).tiny))  # [K, C]
         own_entropy = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0).sum(-1)
         kl = own_entropy[:, None] - p @ log_q.T  # [N, K]: KL(p || d_k) = sum p log p - p log d_k
-        own = stats["classes"] == p.argmax(-1)[:, None]  # the template of the predicted class
-        return np.where(own.any(-1), np.where(own, kl, 0.0).sum(-1), kl.min(-1))
+        return kl.min(-1)
     raise ValueError(f"unknown detector {detector!r}; choose one of {DETECTORS}")
 
 

@@ -112,6 +112,21 @@ def test_selective_metrics_equal_brute_force_and_the_augrc_closed_form():
     assert got["augrc"] == pytest.approx(closed, abs=1e-12)
 
 
+def test_torch_uncertaintys_areas_match_a_hand_computed_case():
+    """torch-uncertainty 0.13's AURC / AUGRC on 4 examples, by hand: accepted in decreasing
+    confidence 0.9 (right), 0.7 (wrong), 0.5 (right), 0.2 (wrong); risks 0, 1/2, 1/3, 1/2 at
+    coverages 1/4 .. 1; trapezoids of width 1/4, over 1 - 1/4."""
+    got = selective.torch_uncertainty_areas(np.array([0.5, 0.9, 0.2, 0.7]),
+                                            np.array([1, 1, 0, 0]))  # fmt: skip
+    risk = np.array([0, 1 / 2, 1 / 3, 1 / 2])
+    aurc = 0.25 * ((0 + 1 / 2) + (1 / 2 + 1 / 3) + (1 / 3 + 1 / 2)) / 2 / 0.75
+    assert got["aurc_tu"] == pytest.approx(aurc, abs=1e-15)
+    generalised = risk * np.array([1, 2, 3, 4]) / 4  # errors so far over N: 0, 1/4, 1/4, 2/4
+    augrc = 0.25 * np.sum(generalised[1:] + generalised[:-1]) / 2 / 0.75
+    assert got["augrc_tu"] == pytest.approx(augrc, abs=1e-15)
+    assert set(got) <= set(selective.selective(np.array([0.5, 0.9]), np.array([1, 0])))
+
+
 def test_selective_groups_ties_and_matches_a_hand_computed_case():
     # confidences 0.9, 0.9, 0.5, 0.2; correct 1, 0, 1, 0: points at coverage 0.5, 0.75, 1
     got = selective.selective(np.array([0.9, 0.5, 0.9, 0.2]), np.array([1, 1, 0, 0]), (0.6,))

@@ -46,7 +46,8 @@ def selective(
     `risk_C` (e.g. `risk_90`) is the selective risk at the first point whose coverage reaches C.
 
     Returns:
-      `{"aurc", "augrc", "risk_80", ...}` as fractions.
+      `{"aurc", "augrc", "risk_80", ..., "aurc_tu", "augrc_tu"}` as fractions (the last two:
+      `torch_uncertainty_areas`).
 
     Raises:
       ValueError: what `risk_coverage` refuses; a coverage outside (0, 1].
@@ -63,4 +64,26 @@ def selective(
             raise ValueError(f"coverages must lie in (0, 1], got {coverage!r}")
         reached = np.nonzero(c >= coverage - 1e-12)[0][0]
         out[f"risk_{round(100 * coverage)}"] = float(r[reached])
-    return out
+    return out | torch_uncertainty_areas(confidence, correct)
+
+
+def torch_uncertainty_areas(confidence: np.ndarray, correct: np.ndarray) -> dict[str, float]:
+    """AURC and AUGRC as torch-uncertainty 0.13 computes them (`aurc_tu`, `augrc_tu`): the
+    examples accepted one at a time in decreasing confidence (ties in a stable sort's order, not
+    together), the risks integrated by the trapezoid rule over coverage `k / N`, `k = 1..N`, and
+    divided by `1 - 1/N`, the width of that support. They differ from `selective`'s by about
+    `risk / (2N)` and by how ties are accepted.
+
+    Raises:
+      ValueError: what `risk_coverage` refuses; fewer than two examples.
+    """
+    confidence, correct = _check_confidence(confidence, correct, 1)
+    n = confidence.size
+    if n < 2:
+        raise ValueError(f"torch-uncertainty's areas need at least 2 examples, got {n}")
+    errors = 1.0 - correct[np.argsort(-confidence, kind="stable")]
+    coverage = np.arange(1, n + 1) / n
+    risk = np.cumsum(errors) / np.arange(1, n + 1)
+    trapezoid = lambda y: float(np.sum(np.diff(coverage) * (y[1:] + y[:-1]) / 2))  # noqa: E731
+    width = 1 - 1 / n
+    return {"aurc_tu": trapezoid(risk) / width, "augrc_tu": trapezoid(risk * coverage) / width}

@@ -355,6 +355,26 @@ def test_aupr_in_is_average_precision_with_id_positive():
     assert metrics.ood(id_scores, ood_scores)["aupr_in"] == pytest.approx(expected, abs=1e-12)
 
 
+def test_kept_fits_are_keyed_by_what_they_were_fitted_on():
+    """`member_scores(..., fitted=...)` reuses a fit only for the same training data and
+    settings: other features (even in a reused array) fit anew."""
+    rng = np.random.default_rng(14)
+    train = rng.normal(size=(60, 2, 4))
+    labels = rng.integers(0, 2, 60)
+    logits = np.zeros((60, 2, 2))
+    sets = {"t": (rng.normal(size=(7, 2, 4)), np.zeros((7, 2, 2)))}
+    fitted: dict = {}
+    first = detectors.member_scores("mahalanobis", (train, labels, logits), sets, 2, fitted=fitted)
+    again = detectors.member_scores("mahalanobis", (train, labels, logits), sets, 2, fitted=fitted)
+    assert len(fitted) == 2  # one per member
+    np.testing.assert_array_equal(first["t"], again["t"])
+    train[:, 0] += 1.0  # the same array, other contents
+    moved = detectors.member_scores("mahalanobis", (train, labels, logits), sets, 2, fitted=fitted)
+    plain = detectors.member_scores("mahalanobis", (train, labels, logits), sets, 2)
+    np.testing.assert_array_equal(moved["t"], plain["t"])
+    assert len(fitted) == 3 and not np.array_equal(moved["t"][:, 0], first["t"][:, 0])
+
+
 @pytest.mark.parametrize("detector", detectors.DETECTORS)
 def test_every_detector_scores_far_away_features_as_ood(detector):
     """The sign convention (higher = more OOD) on features a linear classifier separates: OOD

@@ -33,6 +33,7 @@ fitted and scored one by one (`member_scores`), and a table shows the member mea
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
 import numpy as np
@@ -243,17 +244,38 @@ def member_scores(
     k: int = 50,
     vim_dim: int = 0,
     covariance: str = "pinv",
+    fitted: dict[str, Any] | None = None,
 ) -> dict[str, np.ndarray]:
     """Per set of `sets` (`name -> (features [N, M, D], logits [N, M, C])`), scores `[N, M]`
     of each member's detector, fitted on that member's `train` (`(features [N, M, D], labels
-    [N], logits [N, M, C])`)."""
+    [N], logits [N, M, C])`). `fitted`, where given, keeps each fit by what it was fitted on
+    (a digest of the arrays and settings), so scoring other sets again fits nothing anew."""
     features, labels, logits = train
     M = np.shape(features)[1]
     out: dict[str, list[np.ndarray]] = {name: [] for name in sets}
     for m in range(M):
-        stats = fit(
-            detector, features[:, m], labels, logits[:, m], num_classes, k, vim_dim, covariance
-        )
+        arguments = (detector, features[:, m], labels, logits[:, m], num_classes, k, vim_dim,
+                     covariance)  # fmt: skip
+        if fitted is None:
+            stats = fit(*arguments)  # type: ignore[arg-type]
+        else:
+            key = _digest(arguments)
+            if key not in fitted:
+                fitted[key] = fit(*arguments)  # type: ignore[arg-type]
+            stats = fitted[key]
         for name, (x, z) in sets.items():
             out[name].append(score(detector, stats, x[:, m], z[:, m]))
     return {name: np.stack(s, 1) for name, s in out.items()}
+
+
+def _digest(values: tuple) -> str:
+    """A digest of arrays (their dtype, shape and bytes) and plain values."""
+    digest = hashlib.blake2b(digest_size=16)
+    for value in values:
+        if isinstance(value, np.ndarray):
+            value = np.ascontiguousarray(value)
+            digest.update(f"{value.dtype}{value.shape}".encode())
+            digest.update(value.tobytes())
+        else:
+            digest.update(repr(value).encode())
+    return digest.hexdigest()

@@ -48,6 +48,11 @@ class OODDetection:
     knn_k: int = 50
     vim_dim: int = 0
     covariance: str = "pinv"
+    # Each member's fitted detectors by what they were fitted on (`detectors.member_scores`):
+    # scoring resampled test sets (`hydra-jax compare`) fits nothing anew.
+    fitted: dict[str, Any] = dataclasses.field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
     key: ClassVar[str] = "ood"
 
     @property
@@ -122,6 +127,7 @@ class OODDetection:
             self.knn_k,
             self.vim_dim,
             self.covariance,
+            self.fitted,
         )
 
     def section(self, methods: dict[str, Any]) -> list[str]:

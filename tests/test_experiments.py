@@ -552,6 +552,8 @@ def test_compare_gives_every_metric_over_seeds_with_paired_intervals(smoke_run, 
     assert (auroc.diff_low, auroc.diff_high) == pytest.approx((pooled["low"], pooled["high"]),
                                                               abs=1e-12)  # fmt: skip
     assert auroc.diff == pytest.approx(pooled["difference"], abs=1e-12)
+    (alone,) = compare.compare([workdir, workdir], a, b, resamples=20, only=("ood.mean.auroc",))
+    assert alone == auroc  # the OOD evaluator with MSP alone: the same draws, the same row
     same = compare.compare([workdir], a, a, resamples=3)
     assert all(r.diff == 0 and r.verdict in ("draw", "") for r in same)
     out = (tmp_path / "c.csv", tmp_path / "c.tex")

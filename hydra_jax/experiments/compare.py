@@ -182,9 +182,7 @@ def compare(
         raise ValueError(f"resamples must be >= 1 and level in (0, 1): {resamples}, {level}")
     seeds = [load(w, a, b) for w in workdirs]
     if only:
-        keys = {path.split(".")[0] for path in only}
-        seeds = [dataclasses.replace(s, evaluators=tuple(e for e in s.evaluators if e.key in keys))
-                 for s in seeds]  # fmt: skip
+        seeds = [dataclasses.replace(s, evaluators=_only(s.evaluators, only)) for s in seeds]
     recorded = [(numbers(s.results[0]), numbers(s.results[1])) for s in seeds]
     names = [k for k in recorded[0][0] if all(k in ra and k in rb for ra, rb in recorded)]
     if only:
@@ -224,6 +222,20 @@ def compare(
                         float(values[:, 1].mean()), float(std[1]), diff, float(low),
                         float(high), better, verdict))  # fmt: skip
     return rows
+
+
+def _only(evaluators: tuple[Any, ...], paths: Sequence[str]) -> tuple[Any, ...]:
+    """The evaluators that give the metrics under `paths`; the OOD evaluator with MSP alone
+    where no path asks for another score (`by_score`): the rest is not recomputed."""
+    keys = {path.split(".")[0] for path in paths}
+    kept = []
+    for e in evaluators:
+        if e.key not in keys:
+            continue
+        if e.key == "ood" and not any("by_score" in path for path in paths):
+            e = dataclasses.replace(e, scores=("msp",))
+        kept.append(e)
+    return tuple(kept)
 
 
 def tally(rows: Sequence[Row]) -> dict[str, int]:

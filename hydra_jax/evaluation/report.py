@@ -138,7 +138,7 @@ def cost_plot(path: Path, methods: dict, scores: tuple[str, ...] = ("msp",)) -> 
     plt = pyplot()
     costed = {n: r for n, r in methods.items() if "cost" in r}
     fig, axes = plt.subplots(2, len(UNCERTAINTY), figsize=(4 * len(UNCERTAINTY), 7))
-    markers = "os^vD<>px*h"
+    markers = "os^vD<>px*hH8dP"
     for row, (xlabel, key, scale) in enumerate(
         (("GFLOP / example", "flops_per_example", 1e-9), ("latency ms / batch", "latency_ms", 1))
     ):
@@ -149,7 +149,7 @@ def cost_plot(path: Path, methods: dict, scores: tuple[str, ...] = ("msp",)) -> 
                 if where[0] == "ood":
                     by = r.get("ood", {}).get("mean", {}).get("by_score", {})
                     for k, score in enumerate(s for s in scores if s in by):
-                        ax.scatter(x, yscale * by[score]["auroc"], marker=markers[k % 11],
+                        ax.scatter(x, yscale * by[score]["auroc"], marker=markers[k % len(markers)],
                                    color=f"C{list(costed).index(name) % 10}")  # fmt: skip
                     continue
                 value: Any = r
@@ -161,11 +161,13 @@ def cost_plot(path: Path, methods: dict, scores: tuple[str, ...] = ("msp",)) -> 
     for i, name in enumerate(costed):
         axes[0, 0].scatter([], [], color=f"C{i % 10}", label=name)
     for k, score in enumerate(scores):
-        axes[0, 0].scatter([], [], marker=markers[k % 11], color="grey", label=score)
-    axes[0, 0].legend(fontsize="x-small")
+        marker = markers[k % len(markers)]
+        axes[0, 0].scatter([], [], marker=marker, color="grey", label=f"AUROC: {score}")
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="center left",
+               bbox_to_anchor=(1.0, 0.5), fontsize="small")  # fmt: skip
     fig.suptitle("uncertainty against cost (ID test; OOD: mean over the OOD sets)")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 

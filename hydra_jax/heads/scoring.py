@@ -29,7 +29,13 @@ from jax.scipy.special import xlogy
 from hydra_jax import metrics
 from hydra_jax.models import Model, check_inputs, encoder_of, input_names
 from hydra_jax.models.kinds import ArchConfig
-from hydra_jax.models.sharding import example_vmap, overlapped, place_batch, place_params
+from hydra_jax.models.sharding import (
+    example_vmap,
+    overlapped,
+    place_batch,
+    place_params,
+    rows_out,
+)
 
 METHODS = ("taylor", "his", "entropy", "hies", "ad", "l2", "random")
 Batch = dict[str, Any]
@@ -93,7 +99,7 @@ def _head_stats(config: ArchConfig, use_labels: bool):
         grad, entropy = jax.grad(loss, has_aux=True)(jnp.ones((L, N), dtype))
         return jnp.abs(grad), entropy
 
-    return jax.jit(example_vmap(one, in_axes=(None, 0)))
+    return jax.jit(rows_out(example_vmap(one, in_axes=(None, 0))))  # outputs split as rows
 
 
 def his_and_entropy(

@@ -10,6 +10,7 @@ from pathlib import Path
 from absl import app, flags
 
 from hydra_jax.evaluation import seeds
+from hydra_jax.experiments import compare
 
 _WORKDIRS = flags.DEFINE_list("workdirs", None, "evaluated workdirs, one per study seed")
 _PAIRS = flags.DEFINE_list("pairs", [], "A:B method pairs whose AUROC difference to report")
@@ -26,8 +27,10 @@ def main(argv: list[str]) -> None:
     pairs = [tuple(p.split(":")) for p in _PAIRS.value]
     if any(len(p) != 2 for p in pairs):
         raise app.UsageError(f"--pairs takes A:B method pairs, got {_PAIRS.value}")
-    differences = {(a, b): seeds.pooled_difference(workdirs, a, b, resamples=_RESAMPLES.value)
-                   for a, b in pairs}  # fmt: skip
+    differences = {}
+    for a, b in pairs:
+        (row,) = compare.compare(workdirs, a, b, _RESAMPLES.value, only=("ood.mean.auroc",))
+        differences[(a, b)] = {"difference": row.diff, "low": row.diff_low, "high": row.diff_high}
     title = _TITLE.value or results[0]["config"].get("title", "study") + ", over seeds"
     text = seeds.markdown(title, workdirs, seeds.summarize(results), differences)
     print(text)

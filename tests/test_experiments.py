@@ -528,7 +528,6 @@ def test_compare_gives_every_metric_over_seeds_with_paired_intervals(smoke_run, 
     """`hydra-jax compare` over two "seeds" (the smoke run twice): every evaluator's metric,
     per OOD set and detector too, with mean and std, and the mean OOD AUROC's interval exactly
     that of `metrics.pooled_auroc_difference` on the same draws."""
-    from hydra_jax.evaluation import seeds
     from hydra_jax.experiments import compare
 
     _, workdir, results = smoke_run
@@ -547,7 +546,16 @@ def test_compare_gives_every_metric_over_seeds_with_paired_intervals(smoke_run, 
     assert acc.a_std == 0 and acc.diff == acc.a_mean - acc.b_mean and acc.better == "higher"
     assert by["id.nll"].better == "lower" and by["conformal.lac.test.coverage"].better == ""
     assert math.isnan(by["cost.latency_ms"].diff_low)  # the cost: mean and std only
-    pooled = seeds.pooled_difference([workdir, workdir], a, b, resamples=20)
+
+    def msp(method: str) -> tuple:
+        with np.load(workdir / "predictions" / f"{method}.npz") as npz:
+            p = dict(npz)
+        names = sorted(k[4:-6] for k in p if k.startswith("ood_") and k.endswith("_probs"))
+        return metrics.ood_score(p["id_probs"]), [metrics.ood_score(p[f"ood_{n}_probs"])
+                                                  for n in names]  # fmt: skip
+
+    run = (*msp(a), *msp(b))
+    pooled = metrics.pooled_auroc_difference([run, run], resamples=20)
     auroc = by["ood.mean.auroc"]
     assert (auroc.diff_low, auroc.diff_high) == pytest.approx((pooled["low"], pooled["high"]),
                                                               abs=1e-12)  # fmt: skip

@@ -1,5 +1,6 @@
 """A study over training seeds: mean +- std of each method's headline metrics across evaluated
-workdirs (one per study seed), and paired bootstrap intervals pooled over seeds.
+workdirs (one per study seed), as a Markdown summary with the differences `hydra-jax compare`
+gives (`seeds.py`).
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from hydra_jax import metrics
 
 # (label, path into a method's results, scale): the columns of the seed table.
 HEADLINE = (
@@ -71,33 +70,6 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, dict[str, tuple[fl
             for k in rows[0]
         }
     return out
-
-
-def ood_scores(path: Path, kind: str = "msp") -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """(ID scores, {OOD set: scores}) of one method's saved predictions (`NAME.npz`)."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: evaluate that method first")
-    with np.load(path) as npz:
-        p = dict(npz)
-    names = sorted(k[4:-6] for k in p if k.startswith("ood_") and k.endswith("_probs"))
-    score = lambda prefix: metrics.ood_score(p[f"{prefix}_probs"], kind, p[f"{prefix}_logits"])  # noqa: E731
-    return score("id"), {n: score(f"ood_{n}") for n in names}
-
-
-def pooled_difference(
-    workdirs: Sequence[Path], a: str, b: str, kind: str = "msp", resamples: int = 1000
-) -> dict[str, float]:
-    """Mean OOD AUROC of method `a` minus `b`, averaged over the workdirs (seeds), with the
-    paired bootstrap interval pooled over them (`metrics.pooled_auroc_difference`)."""
-    runs = []
-    for workdir in workdirs:
-        id_a, ood_a = ood_scores(Path(workdir) / "predictions" / f"{a}.npz", kind)
-        id_b, ood_b = ood_scores(Path(workdir) / "predictions" / f"{b}.npz", kind)
-        if sorted(ood_a) != sorted(ood_b):
-            raise ValueError(f"{workdir}: {a} and {b} were evaluated on different OOD sets")
-        names = sorted(ood_a)
-        runs.append((id_a, [ood_a[n] for n in names], id_b, [ood_b[n] for n in names]))
-    return metrics.pooled_auroc_difference(runs, resamples)
 
 
 def markdown(

@@ -170,8 +170,9 @@ def collect(file: str, table: str, workdirs: list[Path], data: Path = DATA) -> N
     bootstrap interval pooled over the workdirs (in points; `hydra-jax compare`'s row
     `ood.mean.auroc`, the path a user's own tables take); any other row is a method: a
     `mean_std` column takes the mean and std over workdirs of the headline metric its header
-    names (`hydra_jax.evaluation.seeds.HEADLINE`), any other column the value at its path in
-    the method's `results.json` entry (one workdir).
+    names (`hydra_jax.evaluation.seeds.HEADLINE`: `hydra-jax compare`'s mean and std where it
+    is one results path, the seeds summary's for the means over shifted sets), any other
+    column the value at its path in the method's `results.json` entry (one workdir).
     """
     from hydra_jax.evaluation import seeds
     from hydra_jax.experiments import compare
@@ -197,6 +198,11 @@ def collect(file: str, table: str, workdirs: list[Path], data: Path = DATA) -> N
                 found = [100 * v for v in found]
             elif column.get("style") == "mean_std":
                 found = [*summary[name][column["header"]]]
+                headline = {label: (path, scale) for label, path, scale in seeds.HEADLINE}
+                if column["header"] in headline:  # a results path: as `hydra-jax compare` has it
+                    path, scale = headline[column["header"]]
+                    mean, std = compare.mean_std(workdirs, name)[".".join(path)]
+                    found = [scale * mean, scale * std]
             else:
                 if len(results) != 1:
                     raise ValueError(f"column {column['name']} reads one workdir's results")

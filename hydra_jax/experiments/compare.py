@@ -185,6 +185,7 @@ def compare(
         seeds = [dataclasses.replace(s, evaluators=_only(s.evaluators, only)) for s in seeds]
     recorded = [(numbers(s.results[0]), numbers(s.results[1])) for s in seeds]
     names = [k for k in recorded[0][0] if all(k in ra and k in rb for ra, rb in recorded)]
+    summaries = [_mean_std([r[i] for r in recorded], names) for i in (0, 1)]
     if only:
         names = [k for k in names if any(k == p or k.startswith(f"{p}.") for p in only)]
     rng = np.random.default_rng(seed)
@@ -203,9 +204,8 @@ def compare(
         draws.append({k: float(np.mean([d[k] for d in per_seed])) for k in per_seed[0]})
     rows = []
     for name in names:
-        values = np.array([[ra[name], rb[name]] for ra, rb in recorded])  # [S, 2]
-        std = values.std(0, ddof=1) if len(values) > 1 else np.zeros(2)
-        diff = float(values[:, 0].mean() - values[:, 1].mean())
+        (a_mean, a_std), (b_mean, b_std) = summaries[0][name], summaries[1][name]
+        diff = a_mean - b_mean
         sampled = [d[name] for d in draws if name in d]
         low, high = (
             np.percentile(sampled, [50 * (1 - level), 50 * (1 + level)])
@@ -218,10 +218,31 @@ def compare(
             favours_a = low > 0 if better == "higher" else high < 0
             favours_b = high < 0 if better == "higher" else low > 0
             verdict = "win" if favours_a else "loss" if favours_b else "draw"
-        rows.append(Row(name, float(values[:, 0].mean()), float(std[0]),
-                        float(values[:, 1].mean()), float(std[1]), diff, float(low),
-                        float(high), better, verdict))  # fmt: skip
+        rows.append(Row(name, a_mean, a_std, b_mean, b_std, diff, float(low), float(high),
+                        better, verdict))  # fmt: skip
     return rows
+
+
+def _mean_std(runs: list[dict[str, float]], names: list[str]) -> dict[str, tuple[float, float]]:
+    """Each metric's mean and standard deviation over runs (ddof 1; 0 for one run)."""
+    out = {}
+    for name in names:
+        values = np.array([run[name] for run in runs])
+        out[name] = (float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0)
+    return out
+
+
+def mean_std(workdirs: Sequence[Path], method: str) -> dict[str, tuple[float, float]]:
+    """Every metric of one method over the workdirs of training seeds: its mean and standard
+    deviation, as `compare` gives them (those every workdir has)."""
+    runs = []
+    for workdir in workdirs:
+        path = Path(workdir) / "results.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: evaluate {workdir} first")
+        runs.append(numbers(json.loads(path.read_text())["methods"][method]))
+    names = [k for k in runs[0] if all(k in run for run in runs)]
+    return _mean_std(runs, names)
 
 
 def _only(evaluators: tuple[Any, ...], paths: Sequence[str]) -> tuple[Any, ...]:

@@ -3,6 +3,7 @@
     python scripts/tables.py              # rewrite every table block of README.md and docs/
     python scripts/tables.py --check      # exit 1, naming the pages, where a block is stale
     python scripts/tables.py collect FILE TABLE WORKDIR...  # a table's rows from evaluated runs
+    python scripts/tables.py compared FILE TABLE CSV --metrics ... --cpu ... --source ...
 
 A page marks each generated table with a pair of comments; what lies between them is written
 here, never by hand:
@@ -212,6 +213,53 @@ def collect(file: str, table: str, workdirs: list[Path], data: Path = DATA) -> N
     path.write_text(dump(tables))
 
 
+def compared(
+    file: str, table: str, csv_path: Path, metrics: list[str], cpu: str, source: str,
+    data: Path = DATA,
+) -> None:  # fmt: skip
+    """Writes `table` from a `hydra-jax compare --csv` file: one row per metric of `metrics`
+    (its results path), with A's and B's mean +- std over seeds, the difference, its interval
+    and A's verdict (the metric's better side decides: `compare.direction`)."""
+    import csv
+    import datetime
+    import math
+
+    with open(csv_path) as handle:
+        by = {row["metric"]: row for row in csv.DictReader(handle)}
+    missing = [m for m in metrics if m not in by]
+    if missing:
+        raise KeyError(f"{csv_path} has no {missing}")
+    rows = []
+    for metric in metrics:
+        row = {
+            k: float(v) if math.isfinite(float(v)) else None  # JSON has no NaN
+            for k, v in by[metric].items()
+            if k not in ("metric", "better", "verdict")
+        }
+        rows.append({"metric": metric, "a.mean": row["a_mean"], "a.std": row["a_std"],
+                     "b.mean": row["b_mean"], "b.std": row["b_std"], "diff": row["diff"],
+                     "interval.lo": row["diff_low"], "interval.hi": row["diff_high"],
+                     "verdict": by[metric]["verdict"] or "-"})  # fmt: skip
+    path = data / f"{file}.json"
+    tables = json.loads(path.read_text())
+    tables[table] = {
+        "cpu": cpu, "date": datetime.date.today().isoformat(), "source": source,
+        "columns": [
+            {"name": "metric", "header": "metric"},
+            {"name": "a", "header": "A", "keys": ["a.mean", "a.std"], "style": "mean_std",
+             "fmt": ".4f"},
+            {"name": "b", "header": "B", "keys": ["b.mean", "b.std"], "style": "mean_std",
+             "fmt": ".4f"},
+            {"name": "diff", "header": "A - B", "fmt": "+.4f"},
+            {"name": "interval", "header": "95% interval", "keys": ["interval.lo", "interval.hi"],
+             "style": "interval", "fmt": "+.4f"},
+            {"name": "verdict", "header": "A"},
+        ],
+        "rows": rows,
+    }  # fmt: skip
+    path.write_text(dump(tables))
+
+
 def dump(tables: dict[str, Any]) -> str:
     """A data file's text: a table's fields one per line, each column and each row on one."""
 
@@ -239,9 +287,18 @@ def main(argv: list[str] | None = None) -> int:
     take.add_argument("file")
     take.add_argument("table")
     take.add_argument("workdirs", type=Path, nargs="+", help="one per study seed")
+    table = sub.add_parser("compared", help="a table from a `hydra-jax compare --csv` file")
+    table.add_argument("file")
+    table.add_argument("table")
+    table.add_argument("csv", type=Path)
+    table.add_argument("--metrics", required=True, help="results paths, comma-separated")
+    table.add_argument("--cpu", required=True)
+    table.add_argument("--source", required=True)
     args = parser.parse_args(argv)
     if args.command == "collect":
         collect(args.file, args.table, args.workdirs)
+    if args.command == "compared":
+        compared(args.file, args.table, args.csv, args.metrics.split(","), args.cpu, args.source)
     stale = []
     for page in pages():
         text = page.read_text()

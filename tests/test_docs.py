@@ -175,3 +175,24 @@ def test_every_bash_block_of_the_front_door_is_run_or_checked():
                 assert all(set(n.split(",")) <= extras for n in named), line
             else:
                 assert command[:1] == ["make"] and command[1] in targets, line
+
+
+def test_a_compare_csv_becomes_a_docs_table(tmp_path):
+    """scripts/tables.py compared: the rows `hydra-jax compare --csv` wrote, as a table."""
+    from hydra_jax.experiments.compare import COLUMNS
+
+    with open(tmp_path / "c.csv", "w") as file:
+        file.write(",".join(COLUMNS) + "\n")
+        file.write("id.ece,0.1,0.01,0.2,0.02,-0.1,-0.15,-0.05,lower,win\n")
+        file.write("cost.latency_ms,5,1,9,1,-4,nan,nan,,\n")
+    (tmp_path / "f.json").write_text(tables.dump({}))
+    tables.compared("f", "t", tmp_path / "c.csv", ["id.ece", "cost.latency_ms"], "2-core CPU",
+                    "`x`", tmp_path)  # fmt: skip
+    page = tables.rewrite("<!-- table f/t -->\n<!-- end table -->", tmp_path)
+    assert (
+        "| id.ece | 0.1000 +- 0.0100 | 0.2000 +- 0.0200 | -0.1000 | [-0.1500, -0.0500] | win |"
+        in page
+    )
+    assert "| cost.latency_ms | 5.0000 +- 1.0000 | 9.0000 +- 1.0000 | -4.0000 |" in page
+    with pytest.raises(KeyError, match="has no"):
+        tables.compared("f", "t", tmp_path / "c.csv", ["id.nll"], "cpu", "x", tmp_path)

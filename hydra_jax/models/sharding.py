@@ -144,13 +144,20 @@ def abstract_params(tree: Any, mesh: Mesh | None = None, stacked: bool = False) 
     )
 
 
+def param_specs(tree: Any, mesh: Any, stacked: bool = False) -> Any:
+    """The `PartitionSpec` of every leaf of a weight (or train state) tree (`param_spec`) on a
+    mesh, concrete or abstract."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: param_spec(path_string(path), np.shape(x), mesh, stacked), tree
+    )
+
+
 def param_shardings(tree: Any, mesh: Mesh, stacked: bool = False) -> Any:
     """`NamedSharding`s for every leaf of a weight (or train state) tree."""
-    return jax.tree_util.tree_map_with_path(
-        lambda path, x: NamedSharding(
-            mesh, param_spec(path_string(path), np.shape(x), mesh, stacked)
-        ),
-        tree,
+    return jax.tree.map(
+        lambda spec: NamedSharding(mesh, spec),
+        param_specs(tree, mesh, stacked),
+        is_leaf=lambda x: isinstance(x, P),
     )
 
 
@@ -240,12 +247,7 @@ def constrain_params(tree: Any, stacked: bool = False) -> Any:
     mesh = traced_mesh()
     if mesh is None or mesh.size == 1:
         return tree
-    return jax.tree_util.tree_map_with_path(
-        lambda path, x: jax.lax.with_sharding_constraint(
-            x, param_spec(path_string(path), np.shape(x), mesh, stacked)
-        ),
-        tree,
-    )
+    return jax.lax.with_sharding_constraint(tree, param_specs(tree, mesh, stacked))
 
 
 def rows_out(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -344,10 +344,11 @@ def ood(
     """
     id_scores = _check_scores(id_scores, "id_scores")
     ood_scores = _check_scores(ood_scores, "ood_scores")
-    fpr, tpr, tp, fp = _roc_points(id_scores, ood_scores)
+    curve = _curves(id_scores, ood_scores)
+    fpr, tpr = curve["fpr"], curve["tpr"]
     auroc = float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))
-    aupr = _average_precision(tpr, tp, fp)
-    aupr_in = _average_precision(*_roc_points(-ood_scores, -id_scores)[1:])
+    aupr = _average_precision(curve)
+    aupr_in = _average_precision(_curves(-ood_scores, -id_scores))
     if fpr95_convention == "closest":
         distance = np.abs(tpr - 0.95)
         candidates = np.nonzero(np.isclose(distance, distance.min(), rtol=0, atol=1e-12))[0]
@@ -362,15 +363,17 @@ def ood(
 def ood_curves(id_scores: np.ndarray, ood_scores: np.ndarray) -> dict[str, np.ndarray]:
     """The ROC (`fpr`, `tpr`) and precision-recall (`recall`, `precision`) curves of `ood`'s
     AUROC and AUPR (OOD positive), one point per distinct threshold, from the highest."""
-    fpr, tpr, tp, fp = _roc_points(
-        _check_scores(id_scores, "id_scores"), _check_scores(ood_scores, "ood_scores")
-    )
+    return _curves(_check_scores(id_scores, "id_scores"), _check_scores(ood_scores, "ood_scores"))
+
+
+def _curves(negatives: np.ndarray, positives: np.ndarray) -> dict[str, np.ndarray]:
+    fpr, tpr, tp, fp = _roc_points(negatives, positives)
     return {"fpr": fpr, "tpr": tpr, "recall": tpr[1:], "precision": tp[1:] / (tp[1:] + fp[1:])}
 
 
-def _average_precision(tpr: np.ndarray, tp: np.ndarray, fp: np.ndarray) -> float:
-    """Average precision from `_roc_points`' recall and counts (its second argument positive)."""
-    return float(np.sum(np.diff(tpr) * tp[1:] / (tp[1:] + fp[1:])))
+def _average_precision(curve: dict[str, np.ndarray]) -> float:
+    """Average precision: each step of recall times the precision it reaches (`_curves`)."""
+    return float(np.sum(np.diff(curve["tpr"]) * curve["precision"]))
 
 
 def misclassification(

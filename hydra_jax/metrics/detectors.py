@@ -37,6 +37,7 @@ import hashlib
 from typing import Any, Literal
 
 import numpy as np
+from scipy.special import logsumexp, softmax
 
 from hydra_jax import checks
 from hydra_jax.metrics.core import check_labels
@@ -158,11 +159,9 @@ def fit(
         W, b = affine(features, logits)
         return {"W": W, "b": b, "clip": float(np.percentile(features, REACT_PERCENTILE))}
     if detector == "kl_matching":
-        p = _softmax(_features(logits, "training logits"))
+        p = softmax(_features(logits, "training logits"), axis=-1)
         predicted = p.argmax(-1)
-        classes = np.unique(predicted)
-        return {"classes": classes, "templates": np.stack([p[predicted == c].mean(0)
-                                                           for c in classes])}  # fmt: skip
+        return {"templates": np.stack([p[predicted == c].mean(0) for c in np.unique(predicted)])}
     raise ValueError(f"unknown detector {detector!r}; choose one of {DETECTORS}")
 
 
@@ -185,17 +184,6 @@ def _precision(centred: np.ndarray, covariance: str) -> np.ndarray:
     shrinkage = 0.0 if beta == 0 else min(beta, delta) / delta
     shrunk = (1 - shrinkage) * empirical + shrinkage * mu * np.eye(D)
     return np.linalg.pinv(shrunk)
-
-
-def _softmax(z: np.ndarray) -> np.ndarray:
-    e = np.exp(z - z.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
-
-
-def _energy(z: np.ndarray) -> np.ndarray:
-    """`-logsumexp(z)` over the last axis."""
-    top = z.max(-1)
-    return -(top + np.log(np.exp(z - top[..., None]).sum(-1)))
 
 
 def score(
@@ -224,11 +212,11 @@ def score(
     if detector == "vim":
         z = np.asarray(logits, np.float64)
         residual = np.linalg.norm((x - stats["u"]) @ stats["residual"], axis=-1)
-        return stats["alpha"] * residual + _energy(z)
+        return stats["alpha"] * residual - logsumexp(z, axis=-1)
     if detector == "react":
-        return _energy(np.minimum(x, stats["clip"]) @ stats["W"] + stats["b"])
+        return -logsumexp(np.minimum(x, stats["clip"]) @ stats["W"] + stats["b"], axis=-1)
     if detector == "kl_matching":
-        p = _softmax(np.asarray(logits, np.float64))
+        p = softmax(np.asarray(logits, np.float64), axis=-1)
         log_q = np.log(np.maximum(stats["templates"], np.finfo(np.float64).tiny))  # [K, C]
         own_entropy = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0).sum(-1)
         kl = own_entropy[:, None] - p @ log_q.T  # [N, K]: KL(p || d_k) = sum p log p - p log d_k

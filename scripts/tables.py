@@ -202,7 +202,7 @@ def collect(file: str, table: str, workdirs: list[Path], data: Path = DATA) -> N
                 headline = {label: (path, scale) for label, path, scale in seeds.HEADLINE}
                 if column["header"] in headline:  # a results path: as `hydra-jax compare` has it
                     where, scale = headline[column["header"]]
-                    mean, std = compare.mean_std(workdirs, name)[".".join(where)]
+                    mean, std = compare.mean_std(results, name)[".".join(where)]
                     found = [scale * mean, scale * std]
             else:
                 if len(results) != 1:

@@ -144,19 +144,19 @@ def cost_plot(path: Path, methods: dict, scores: tuple[str, ...] = ("msp",)) -> 
     ):
         for column, (ylabel, where, yscale) in enumerate(UNCERTAINTY):
             ax = axes[row, column]
-            for name, r in costed.items():
-                x = r["cost"][key] * scale
+            for i, r in enumerate(costed.values()):
+                x, color = r["cost"][key] * scale, f"C{i % 10}"
                 if where[0] == "ood":
                     by = r.get("ood", {}).get("mean", {}).get("by_score", {})
                     for k, score in enumerate(s for s in scores if s in by):
                         ax.scatter(x, yscale * by[score]["auroc"], marker=markers[k % len(markers)],
-                                   color=f"C{list(costed).index(name) % 10}")  # fmt: skip
+                                   color=color)  # fmt: skip
                     continue
                 value: Any = r
                 for part in where:
                     value = value.get(part, {}) if isinstance(value, dict) else {}
                 if isinstance(value, (int, float)):
-                    ax.scatter(x, yscale * value, color=f"C{list(costed).index(name) % 10}")
+                    ax.scatter(x, yscale * value, color=color)
             ax.set(xlabel=xlabel, ylabel=ylabel)
     for i, name in enumerate(costed):
         axes[0, 0].scatter([], [], color=f"C{i % 10}", label=name)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import json
 import math
 import sys
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from typing import Any
 import ml_collections
 import numpy as np
 
+from hydra_jax.evaluation.seeds import load_results
 from hydra_jax.experiments.evaluators import registry
 from hydra_jax.experiments.evaluators.base import Outputs, Predictions, Sets
 from hydra_jax.experiments.evaluators.ood import ood_groups
@@ -104,10 +104,7 @@ def load(workdir: Path, a: str, b: str) -> Seed:
     FileNotFoundError: no `results.json`, or no saved predictions of a method.
     ValueError: a method the run did not evaluate, or methods predicted on different sets.
     """
-    path = Path(workdir) / "results.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: evaluate {workdir} first")
-    results = json.loads(path.read_text())
+    (results,) = load_results([workdir])
     missing = [m for m in (a, b) if m not in results["methods"]]
     if missing:
         raise ValueError(
@@ -232,15 +229,10 @@ def _mean_std(runs: list[dict[str, float]], names: list[str]) -> dict[str, tuple
     return out
 
 
-def mean_std(workdirs: Sequence[Path], method: str) -> dict[str, tuple[float, float]]:
-    """Every metric of one method over the workdirs of training seeds: its mean and standard
-    deviation, as `compare` gives them (those every workdir has)."""
-    runs = []
-    for workdir in workdirs:
-        path = Path(workdir) / "results.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} not found: evaluate {workdir} first")
-        runs.append(numbers(json.loads(path.read_text())["methods"][method]))
+def mean_std(results: Sequence[dict[str, Any]], method: str) -> dict[str, tuple[float, float]]:
+    """Every metric of one method over the `results.json` of training seeds (`load_results`):
+    its mean and standard deviation, as `compare` gives them (those every seed has)."""
+    runs = [numbers(r["methods"][method]) for r in results]
     names = [k for k in runs[0] if all(k in run for run in runs)]
     return _mean_std(runs, names)
 

@@ -11,7 +11,6 @@ so a finished workdir can be drawn again (`replot`, `hydra-jax plot WORKDIR`):
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import numpy as np
 
 from hydra_jax import metrics
 from hydra_jax.evaluation import report
+from hydra_jax.evaluation.seeds import load_results
 from hydra_jax.experiments.evaluators.base import Predictions
 from hydra_jax.experiments.evaluators.ood import ood_scores
 from hydra_jax.metrics import selective
@@ -41,16 +41,14 @@ def method_plots(name: str, predictions: Predictions, directory: Path) -> None:
         selective.risk_coverage(p.max(-1), p.argmax(-1) == test.labels),
         f"{name}: risk-coverage (ID test)",
     )
+    id_msp = metrics.ood_score(test.probs, "msp")
     msp = {s: metrics.ood_score(o.probs, "msp") for s, o in predictions.ood.items()}
     report.ood_histogram(
-        directory / f"ood_scores_{name}.png", metrics.ood_score(test.probs, "msp"), msp,
-        f"{name}: MSP scores", num_classes=test.probs.shape[-1],
+        directory / f"ood_scores_{name}.png", id_msp, msp, f"{name}: MSP scores",
+        num_classes=test.probs.shape[-1],
     )  # fmt: skip
     if msp:
-        report.ood_curves_plot(
-            directory / f"ood_curves_{name}.png", metrics.ood_score(test.probs, "msp"), msp,
-            f"{name}, MSP",
-        )  # fmt: skip
+        report.ood_curves_plot(directory / f"ood_curves_{name}.png", id_msp, msp, f"{name}, MSP")
 
 
 def study_plots(methods: dict[str, Any], scores: tuple[str, ...], directory: Path) -> None:
@@ -81,10 +79,7 @@ def replot(workdir: Path) -> list[Path]:
       FileNotFoundError: `workdir` holds no `results.json` (evaluate it first).
     """
     workdir = Path(workdir)
-    path = workdir / "results.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: evaluate {workdir} first")
-    results = json.loads(path.read_text())
+    (results,) = load_results([workdir])
     directory = workdir / "plots"
     directory.mkdir(exist_ok=True)
     for name in results.get("methods", {}):

@@ -247,20 +247,14 @@ class Workdir:
             return
         created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
-        if lock == "none":
-            try:
-                yield
-            finally:
-                if created and not any(self.path.iterdir()):
-                    self.path.rmdir()
-            return
+        held = _locked(self.path / LOCK_FILE) if lock == "flock" else contextlib.nullcontext()
         try:
-            with _locked(self.path / LOCK_FILE):
+            with held:
                 yield
         finally:  # once released: the holder of a lock never deletes its file
-            if created and [p.name for p in self.path.iterdir()] == [LOCK_FILE]:
+            if created and {p.name for p in self.path.iterdir()} <= {LOCK_FILE}:
                 with contextlib.suppress(OSError):  # another run came in: it keeps the file
-                    (self.path / LOCK_FILE).unlink()
+                    (self.path / LOCK_FILE).unlink(missing_ok=True)
                     self.path.rmdir()
 
     def claim(self, config: ml_collections.ConfigDict) -> None:

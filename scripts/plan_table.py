@@ -64,31 +64,17 @@ def main() -> None:
     parser.add_argument("--source", required=True)
     args = parser.parse_args()
     result = json.loads(Path(args.plan).read_text())
-    text = DATA.read_text()
-    if args.table in json.loads(text):  # the table's block, written as below, goes
-        start = text.index(f'\n  "{args.table}": {{')
-        end = text.index("\n  }", start) + len("\n  }")
-        text = (
-            text[: start - 1] + text[end:] if text[end] != "," else text[:start] + text[end + 1 :]
-        )
-    dump = lambda x: json.dumps(x, ensure_ascii=False)  # noqa: E731
-    block = [
-        f'  "{args.table}": {{',
-        f'  "cpu": {dump(args.cpu)},',
-        f'  "date": "{datetime.date.today().isoformat()}",',
-        f'  "source": {dump(args.source)},',
-        '  "columns": [',
-        ",\n".join(f"   {dump(c | {'null': '-'})}" for c in COLUMNS),
-        "  ],",
-        '  "rows": [',
-        ",\n".join(f"   {dump(r)}" for r in rows(result)),
-        "  ]",
-        "  }",
-    ]
-    end = text.rindex("\n}")
-    text = text[:end] + ",\n" + "\n".join(block) + text[end:]
-    json.loads(text)  # still one JSON object
-    DATA.write_text(text)
+    from tables import dump  # scripts/ is on the path of a script run as written
+
+    tables = json.loads(DATA.read_text())
+    tables[args.table] = {
+        "cpu": args.cpu,
+        "date": datetime.date.today().isoformat(),
+        "source": args.source,
+        "columns": [c | {"null": "-"} for c in COLUMNS],
+        "rows": rows(result),
+    }
+    DATA.write_text(dump(tables))
 
 
 if __name__ == "__main__":

@@ -97,15 +97,21 @@ def work(name: str, model: hj.Model, stacked: bool, mesh) -> dict[str, float]:
     return out
 
 
-@pytest.mark.parametrize("name", list(models()))
-def test_every_program_divides_its_work_over_the_mesh(name):
-    model, stacked = models()[name]
-    one = work(name, model, stacked, None)
+def assert_divides(programs, name: str = "") -> None:
+    """`programs(mesh)` (per-device FLOPs by program; None: one device) within `LIMIT` of an
+    even split on each mesh of `MESHES`."""
+    one = programs(None)
     for label, shape in MESHES.items():
         mesh = make_mesh(*shape)
         with jax.set_mesh(mesh):
-            split = {k: v * mesh.size / one[k] for k, v in work(name, model, stacked, mesh).items()}
+            split = {k: v * mesh.size / one[k] for k, v in programs(mesh).items()}
         assert all(s <= LIMIT for s in split.values()), (name, label, split)
+
+
+@pytest.mark.parametrize("name", list(models()))
+def test_every_program_divides_its_work_over_the_mesh(name):
+    model, stacked = models()[name]
+    assert_divides(lambda mesh: work(name, model, stacked, mesh), name)
 
 
 def test_head_scores_and_mc_dropout_divide_their_work():
@@ -124,12 +130,7 @@ def test_head_scores_and_mc_dropout_divide_their_work():
             "mc_dropout": flops(mc.lower(weights, pixels).compile()),
         }
 
-    one = programs(None)
-    for label, shape in MESHES.items():
-        mesh = make_mesh(*shape)
-        with jax.set_mesh(mesh):
-            split = {k: v * mesh.size / one[k] for k, v in programs(mesh).items()}
-        assert all(s <= LIMIT for s in split.values()), (label, split)
+    assert_divides(programs)
 
 
 def test_circuit_search_divides_its_work():
@@ -149,9 +150,4 @@ def test_circuit_search_divides_its_work():
             assert suffix.output_shardings.spec[0] in ("data", ("data", "member")), suffix
         return {"advance": flops(advance), "suffix": flops(suffix)}
 
-    one = programs(None)
-    for label, shape in MESHES.items():
-        mesh = make_mesh(*shape)
-        with jax.set_mesh(mesh):
-            split = {k: v * mesh.size / one[k] for k, v in programs(mesh).items()}
-        assert all(s <= LIMIT for s in split.values()), (label, split)
+    assert_divides(programs)

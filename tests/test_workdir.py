@@ -293,23 +293,13 @@ def test_a_symlinked_lock_is_refused_and_its_target_left_alone(tmp_path):
     with pytest.raises(WorkdirError, match=r"\.lock is a symbolic link"), Workdir(workdir).hold():
         pass
     assert precious.read_text() == "precious"
-    (workdir / LOCK_FILE).unlink()
-    os.mkfifo(workdir / LOCK_FILE)  # would block a reader: refused before any read
-    with pytest.raises(WorkdirError, match="not a regular file"), Workdir(workdir).hold():
-        pass
-    (workdir / LOCK_FILE).unlink()
-    (workdir / LOCK_FILE).mkdir()
-    unopenable = r"cannot open the workdir lock \(Is a directory"
-    with pytest.raises(WorkdirError, match=unopenable), Workdir(workdir).hold():
-        pass
 
 
-@pytest.mark.parametrize("code", [errno.ENOLCK, errno.ENOSYS])
-def test_a_file_system_without_locks_is_named_with_the_way_out(tmp_path, monkeypatch, code):
-    """NFS mounted `nolock`, Lustre without `-o flock`: flock fails with ENOLCK or ENOSYS."""
+def test_a_file_system_without_locks_is_named_with_the_way_out(tmp_path, monkeypatch):
+    """NFS mounted `nolock`: flock fails with ENOLCK (ENOSYS, Lustre's, is in tests/bad_inputs)."""
 
     def no_locks(fd, operation):
-        raise OSError(code, os.strerror(code))
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
 
     monkeypatch.setattr(workdir_module.fcntl, "flock", no_locks)
     workdir = tmp_path / "run"
@@ -320,5 +310,3 @@ def test_a_file_system_without_locks_is_named_with_the_way_out(tmp_path, monkeyp
     with Workdir(workdir).hold(lock="none"):  # the user's explicit choice
         (workdir / "config.json").write_text("{}")
     assert sorted(p.name for p in workdir.iterdir()) == ["config.json"]
-    with pytest.raises(ValueError, match="workdir_lock: 'nfs'"), Workdir(workdir).hold(lock="nfs"):
-        pass

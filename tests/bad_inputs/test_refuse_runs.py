@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from pathlib import Path
 from unittest import mock
@@ -14,7 +16,8 @@ import pytest
 import hydra_jax as hj
 from hydra_jax.data import TextEncoder, TokenizedSet
 from hydra_jax.experiments import engine
-from hydra_jax.experiments.workdir import Workdir, WorkdirError
+from hydra_jax.experiments import workdir as workdir_module
+from hydra_jax.experiments.workdir import LOCK_FILE, Workdir, WorkdirError
 from hydra_jax.models import sharding
 from hydra_jax.training import TrainSettings, fit
 
@@ -34,6 +37,25 @@ def as_two_processes(call):
     devices, as every 2-process run has."""
     with mock.patch.object(jax, "process_count", lambda: 2):
         return call()
+
+
+def hold_with_lock(workdir: Path, make_lock, mode: str = "flock") -> None:
+    """Holds `workdir` by `mode`, its `.lock` made by `make_lock(path)`: a FIFO, a directory."""
+    workdir.mkdir()
+    make_lock(workdir / LOCK_FILE)
+    with Workdir(workdir).hold(lock=mode):
+        pass
+
+
+def hold_without_locks(workdir: Path, code: int) -> None:
+    """Holds `workdir` on a file system whose flock fails with `code` (Lustre without
+    `-o flock`: ENOSYS)."""
+
+    def no_locks(fd, operation):
+        raise OSError(code, os.strerror(code))
+
+    with mock.patch.object(workdir_module.fcntl, "flock", no_locks), Workdir(workdir).hold():
+        pass
 
 
 CASES = [
@@ -183,6 +205,30 @@ CASES = [
         ValueError,
         "with several processes the mesh must span all of them",
         id="2 processes, a mesh not spanning every device",
+    ),
+    pytest.param(
+        lambda c: hold_with_lock(c.tmp / "fifo_lock", os.mkfifo),  # refused before any read
+        WorkdirError,
+        "fifo_lock/.lock is not a regular file: the workdir lock must be one",
+        id="a workdir lock that is a FIFO",
+    ),
+    pytest.param(
+        lambda c: hold_with_lock(c.tmp / "dir_lock", os.mkdir),
+        WorkdirError,
+        "dir_lock/.lock: cannot open the workdir lock (Is a directory)",
+        id="a workdir lock that is a directory",
+    ),
+    pytest.param(
+        lambda c: hold_without_locks(c.tmp / "lustre", errno.ENOSYS),
+        WorkdirError,
+        "lustre has no file locks (flock: Function not implemented)",
+        id="a workdir on a file system without flock",
+    ),
+    pytest.param(
+        lambda c: hold_with_lock(c.tmp / "nfs", lambda path: None, mode="nfs"),
+        ValueError,
+        "workdir_lock: 'nfs'",
+        id="an unknown workdir lock mode",
     ),
 ]
 

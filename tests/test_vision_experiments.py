@@ -83,6 +83,31 @@ def test_shift_metrics_are_recomputable_from_predictions(vision_run):
     assert "## Dataset shift" in report and "rotation_3" in report
 
 
+def test_compare_draws_the_ood_sets_as_the_pooled_auroc_difference_with_shifted_sets(vision_run):
+    """A study with shifted sets: their draws leave the mean OOD AUROC's interval exactly
+    `metrics.pooled_auroc_difference`'s (they once shared its generator, moving every later
+    seed's OOD draws)."""
+    from hydra_jax.experiments import compare
+
+    _, workdir, _, _ = vision_run
+    a, b = "deep_ensemble", "single"
+    (row,) = compare.compare([workdir, workdir], a, b, resamples=10, only=("ood.mean.auroc",))
+
+    def msp(method: str) -> tuple:
+        with np.load(workdir / "predictions" / f"{method}.npz") as npz:
+            p = dict(npz)
+        assert any(k.startswith("shift_") for k in p)
+        names = sorted(k[4:-6] for k in p if k.startswith("ood_") and k.endswith("_probs"))
+        return metrics.ood_score(p["id_probs"]), [metrics.ood_score(p[f"ood_{n}_probs"])
+                                                  for n in names]  # fmt: skip
+
+    run = (*msp(a), *msp(b))
+    pooled = metrics.pooled_auroc_difference([run, run], resamples=10)
+    assert (row.diff, row.diff_low, row.diff_high) == pytest.approx(
+        (pooled["difference"], pooled["low"], pooled["high"]), abs=1e-12
+    )
+
+
 def test_hydra_and_pruning_run_on_the_published_vit(vision_run, tmp_path):
     config, workdir, _, _ = vision_run
     hydra_config = hydra_vit_fmnist.get_config("smoke")

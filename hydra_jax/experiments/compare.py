@@ -8,9 +8,10 @@ Every metric is a numeric entry of a method's `results.json`, named by its path
 (`id.ece`, `ood.tweets.by_score.mahalanobis.auroc`, `conformal.lac.test.coverage`): its mean
 and standard deviation over the seeds for each method, the difference of the means, and a
 paired bootstrap interval of that difference. Each resample redraws every seed's test
-examples with replacement (the ID test set, then each OOD set and each shifted set by name:
-for the mean OOD AUROC exactly `metrics.pooled_auroc_difference`'s draws), the same draw for
-both methods, recomputes every evaluator of the study's config from the saved predictions, and
+examples with replacement (the ID test set, then each OOD set by name: for the mean OOD AUROC
+exactly `metrics.pooled_auroc_difference`'s draws; each shifted set by name from a stream of
+its own, so a study's shifted sets leave those draws as they are), the same draw for both
+methods, recomputes every evaluator of the study's config from the saved predictions, and
 averages the seeds' differences: the interval covers test-set sampling given these seeds. What
 the evaluators fit (temperature and conformal thresholds on the validation subset, feature
 detectors on the training subset) is refitted on the same, undrawn data. The cost (parameters,
@@ -185,17 +186,19 @@ def compare(
     summaries = [_mean_std([r[i] for r in recorded], names) for i in (0, 1)]
     if only:
         names = [k for k in names if any(k == p or k.startswith(f"{p}.") for p in only)]
-    rng = np.random.default_rng(seed)
+    # ID and OOD draws in `metrics.pooled_auroc_difference`'s order from its generator; the
+    # shifted sets' from another.
+    rng, shift_rng = np.random.default_rng(seed), np.random.default_rng((seed, 1))
     draws: list[dict[str, float]] = []
     for _ in range(resamples):
         per_seed = []
         for s in seeds:
             pa = s.predictions[0]
             draw = {"id": rng.integers(0, len(pa.id.probs), len(pa.id.probs))}
-            for kind, sets in (("ood", pa.ood), ("shift", pa.shift)):
-                for n in sorted(sets):  # in `metrics.pooled_auroc_difference`'s order
+            for kind, sets, generator in (("ood", pa.ood, rng), ("shift", pa.shift, shift_rng)):
+                for n in sorted(sets):
                     size = len(sets[n].probs)
-                    draw[f"{kind}:{n}"] = rng.integers(0, size, size)
+                    draw[f"{kind}:{n}"] = generator.integers(0, size, size)
             first, second = (_scored(s, resampled(p, draw)) for p in s.predictions)
             per_seed.append({k: first[k] - second[k] for k in first if k in second})
         draws.append({k: float(np.mean([d[k] for d in per_seed])) for k in per_seed[0]})

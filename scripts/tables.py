@@ -21,7 +21,8 @@ data file:
      "rows": [{"method": "single", "id.acc": 82.69, ...}, ...]}
 
 A column reads the row's value under its `name`, or under each of its `keys` (a cell of several
-figures, joined by `join`: " / " by default). `style` renders the keys as an interval
+figures, joined by `join`: " / " by default); a column with `from` reads them from another table
+of the file, so a figure is kept once (`_referenced`). `style` renders the keys as an interval
 ("[lo, hi]"), a mean and standard deviation ("m +- s") or a verdict ("d [lo, hi] wins", where
 the interval decides); `fmt` is Python's format spec (or one per key), `null` prints "-".
 `scale` is what a `results.json` value is multiplied by when `collect` copies it (100 for a
@@ -52,12 +53,32 @@ def pages(repo: Path = REPO) -> list[Path]:
 
 
 def load(name: str, data: Path = DATA) -> dict[str, Any]:
-    """`name` is FILE/TABLE: the table TABLE of `data/FILE.json`."""
+    """`name` is FILE/TABLE: the table TABLE of `data/FILE.json`, its `from` columns filled."""
     file, _, table = name.partition("/")
     tables = json.loads((data / f"{file}.json").read_text())
     if table not in tables:
         raise KeyError(f"{file}.json has no table {table!r}; it has {', '.join(tables)}")
-    return tables[table]
+    return _referenced(tables, tables[table])
+
+
+def _referenced(tables: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
+    """`table` with each `from` column's figures read from another table of its file: the
+    column `{"from": "demo_text_diff", "row": "pair", "keys": [...]}` reads `keys` of the row
+    of `demo_text_diff` whose first cell is this row's `pair` (no such row: "-")."""
+    columns, rows = [], [dict(r) for r in table["rows"]]
+    for column in table["columns"]:
+        if "from" not in column:
+            columns.append(column)
+            continue
+        source = tables[column["from"]]
+        first = source["columns"][0]["name"]
+        by_first = {str(r[first]): r for r in source["rows"]}
+        keys = [f"{column['name']}:{k}" for k in column["keys"]]
+        for row in rows:
+            found = by_first.get(str(row.get(column["row"])), {})
+            row.update({mine: found.get(k) for mine, k in zip(keys, column["keys"], strict=True)})
+        columns.append({**column, "keys": keys})
+    return {**table, "columns": columns, "rows": rows}
 
 
 def _number(value: Any, fmt: str) -> str:

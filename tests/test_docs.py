@@ -150,6 +150,20 @@ def test_a_table_block_is_rewritten_from_its_data(tmp_path):
     assert [r["id.acc"] for r in rows] == [50.0, 75.0]
 
 
+def test_a_from_column_reads_its_figures_from_the_table_that_keeps_them(tmp_path):
+    """A figure is kept once: a `from` column shows another table's row, by its first cell."""
+    diff = {"cpu": "c", "date": "d", "columns": [{"name": "pair", "header": "a - b"}],
+            "rows": [{"pair": "x - y", "points": 1.5, "lo": -0.5, "hi": 3.0}]}  # fmt: skip
+    glance = {"cpu": "c", "date": "d", "columns": [
+        {"name": "rival", "header": "rival"},
+        {"name": "demo", "header": "demo", "from": "diff", "row": "pair",
+         "keys": ["points", "lo", "hi"], "style": "verdict", "fmt": "+.1f"},
+    ], "rows": [{"rival": "Y", "pair": "x - y"}, {"rival": "Z", "pair": "x - z"}]}  # fmt: skip
+    (tmp_path / "f.json").write_text(tables.dump({"diff": diff, "glance": glance}))
+    page = tables.rewrite("<!-- table f/glance -->\n<!-- end table -->", tmp_path)
+    assert "| Y | +1.5 [-0.5, +3.0] draw |" in page and "| Z | - |" in page
+
+
 def test_every_bash_block_of_the_front_door_is_run_or_checked():
     """README.md's and docs/your_data.md's bash blocks: the study commands are run by
     tests/test_custom_study.py (the README's is docs/your_data.md's first block, as written);

@@ -375,6 +375,31 @@ def test_kept_fits_are_keyed_by_what_they_were_fitted_on():
     assert len(fitted) == 3 and not np.array_equal(moved["t"][:, 0], first["t"][:, 0])
 
 
+def test_a_kept_temperature_is_the_one_its_validation_data_give():
+    """Calibration fits its temperature once per validation data (a bootstrap redraws only the
+    test sets) and anew where they change; each result is a fresh evaluator's."""
+    from hydra_jax.experiments.evaluators import Calibration
+    from hydra_jax.experiments.evaluators.base import Outputs, Predictions
+
+    rng = np.random.default_rng(15)
+
+    def outputs(n: int) -> Outputs:
+        logits = rng.normal(size=(n, 2, 3)) * 3
+        return Outputs(logits, _softmax(logits), rng.integers(0, 3, n))
+
+    validation = outputs(40)
+    kept = Calibration()
+    for _ in range(3):
+        predictions = Predictions(outputs(30), validation=validation)
+        assert kept(predictions, None) == Calibration()(predictions, None)
+    assert len(kept.fitted) == 1
+    assert kept(predictions, None)["temperature"] == temperature.fit(
+        validation.logits, validation.labels
+    )
+    other = Predictions(outputs(30), validation=outputs(40))
+    assert kept(other, None) == Calibration()(other, None) and len(kept.fitted) == 2
+
+
 @pytest.mark.parametrize("detector", detectors.DETECTORS)
 def test_every_detector_scores_far_away_features_as_ood(detector):
     """The sign convention (higher = more OOD) on features a linear classifier separates: OOD

@@ -33,13 +33,13 @@ fitted and scored one by one (`member_scores`), and a table shows the member mea
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Literal
 
 import numpy as np
 from scipy.special import logsumexp, softmax
 
 from hydra_jax import checks
+from hydra_jax.metrics.cache import fitted_once
 from hydra_jax.metrics.core import check_labels
 
 Detector = Literal["mahalanobis", "relative_mahalanobis", "knn", "vim", "react", "kl_matching"]
@@ -244,26 +244,7 @@ def member_scores(
     for m in range(M):
         arguments = (detector, features[:, m], labels, logits[:, m], num_classes, k, vim_dim,
                      covariance)  # fmt: skip
-        if fitted is None:
-            stats = fit(*arguments)  # type: ignore[arg-type]
-        else:
-            key = _digest(arguments)
-            if key not in fitted:
-                fitted[key] = fit(*arguments)  # type: ignore[arg-type]
-            stats = fitted[key]
+        stats = fitted_once(fitted, fit, *arguments)
         for name, (x, z) in sets.items():
             out[name].append(score(detector, stats, x[:, m], z[:, m]))
     return {name: np.stack(s, 1) for name, s in out.items()}
-
-
-def _digest(values: tuple) -> str:
-    """A digest of arrays (their dtype, shape and bytes) and plain values."""
-    digest = hashlib.blake2b(digest_size=16)
-    for value in values:
-        if isinstance(value, np.ndarray):
-            value = np.ascontiguousarray(value)
-            digest.update(f"{value.dtype}{value.shape}".encode())
-            digest.update(value.tobytes())
-        else:
-            digest.update(repr(value).encode())
-    return digest.hexdigest()

@@ -12,6 +12,7 @@ from hydra_jax import metrics
 from hydra_jax.evaluation import Method
 from hydra_jax.experiments.evaluators.base import Outputs, Predictions, Sets, Settings, pct
 from hydra_jax.metrics import temperature
+from hydra_jax.metrics.cache import fitted_once
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,13 +23,18 @@ class Calibration:
 
     shift: tuple[str, ...] = ()
     num_bins: int = 15
+    # The temperature by what it was fitted on (`metrics.cache.fitted_once`): scoring
+    # resampled test sets (`hydra-jax compare`) fits nothing anew.
+    fitted: dict[str, Any] = dataclasses.field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
     key: ClassVar[str] = "calibration"
     needs: ClassVar[frozenset[str]] = frozenset({"validation"})
 
     def __call__(self, predictions: Predictions, method: Method | None) -> dict[str, Any]:
         validation = predictions.validation
         assert validation is not None, "calibration needs the validation predictions"
-        t = temperature.fit(validation.logits, validation.labels)
+        t = fitted_once(self.fitted, temperature.fit, validation.logits, validation.labels)
 
         def after(outputs: Outputs) -> dict[str, float]:
             probs = temperature.scaled(outputs.logits, t)

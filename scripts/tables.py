@@ -70,6 +70,8 @@ def _referenced(tables: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]
         if "from" not in column:
             columns.append(column)
             continue
+        if column["from"] not in tables:
+            raise KeyError(f"column {column['name']} reads {column['from']!r}, not in its file")
         source = tables[column["from"]]
         first = source["columns"][0]["name"]
         by_first = {str(r[first]): r for r in source["rows"]}

@@ -169,8 +169,7 @@ def rows(predictions: Predictions, settings: Settings) -> list[dict[str, Any]]:
     p = predictions.id.probs.astype(np.float64).mean(1)
     confidence, correct = p.max(-1), p.argmax(-1) == predictions.id.labels
     ours_areas = selective.selective(confidence, correct)
-    peer = torch_uncertainty_areas(predictions.id.probs.astype(np.float64).mean(1),
-                                   predictions.id.labels)  # fmt: skip
+    peer = torch_uncertainty_areas(p, predictions.id.labels)
     for key in ("aurc", "augrc"):
         out.append({"quantity": key.upper(), "ours": ours_areas[key], "peer": peer[key],
                     "ours_peer_fit": ours_areas[f"{key}_tu"],

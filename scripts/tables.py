@@ -208,6 +208,7 @@ def collect(file: str, table: str, workdirs: list[Path], data: Path = DATA) -> N
     results = seeds.load_results(workdirs)
     by_seed = any(c.get("style") == "mean_std" for c in columns)
     summary = seeds.summarize(results) if by_seed else {}
+    headline = {label: (".".join(path), scale) for label, path, scale in seeds.HEADLINE}
     for row in target["rows"]:
         name = str(row[first["name"]])
         if " - " in name:
@@ -215,6 +216,8 @@ def collect(file: str, table: str, workdirs: list[Path], data: Path = DATA) -> N
             (auroc,) = compare.compare(workdirs, a, b, only=("ood.mean.auroc",))
             interval = [auroc.diff_low, auroc.diff_high]
             values = {"interval": interval, "verdict": [auroc.diff, *interval]}
+        elif by_seed:
+            over_seeds = compare.mean_std(results, name)
         for column in columns:
             keys = column.get("keys", [column["name"]])
             if " - " in name:
@@ -222,10 +225,9 @@ def collect(file: str, table: str, workdirs: list[Path], data: Path = DATA) -> N
                 found = [100 * v for v in found]
             elif column.get("style") == "mean_std":
                 found = [*summary[name][column["header"]]]
-                headline = {label: (path, scale) for label, path, scale in seeds.HEADLINE}
                 if column["header"] in headline:  # a results path: as `hydra-jax compare` has it
                     where, scale = headline[column["header"]]
-                    mean, std = compare.mean_std(results, name)[".".join(where)]
+                    mean, std = over_seeds[where]
                     found = [scale * mean, scale * std]
             else:
                 if len(results) != 1:

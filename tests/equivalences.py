@@ -1,14 +1,17 @@
-"""Checks each family's tests share: compact == masked, a fused Hydra == its members, and the
-circuit search's definition run naively."""
+"""Checks each family's tests share: compact == masked, a fused Hydra == its members, the
+circuit search's definition run naively, and the MSP scores of a workdir's saved predictions
+read from the arrays alone (the reference `hydra-jax compare`'s draws are checked against)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from compiled import run
 
 import hydra_jax as hj
+from hydra_jax import metrics
 from hydra_jax.heads import harm
 from hydra_jax.testing import assert_close
 
@@ -45,3 +48,18 @@ def naive_circuit(model, data, n, objective):
         keep[l] = False
         keep[l, np.argsort(-scores, kind="stable")[:n]] = True
     return keep
+
+
+def saved_msp_run(workdir: Path, a: str, b: str) -> tuple:
+    """`(id_a, ood_a, id_b, ood_b)` for `metrics.pooled_auroc_difference`: the MSP scores of
+    methods `a` and `b` on the ID test set and on each OOD set by name, read from the keys of
+    `predictions/NAME.npz` alone."""
+
+    def msp(method: str) -> tuple:
+        with np.load(workdir / "predictions" / f"{method}.npz") as npz:
+            p = dict(npz)
+        names = sorted(k[4:-6] for k in p if k.startswith("ood_") and k.endswith("_probs"))
+        return metrics.ood_score(p["id_probs"]), [metrics.ood_score(p[f"ood_{n}_probs"])
+                                                  for n in names]  # fmt: skip
+
+    return (*msp(a), *msp(b))

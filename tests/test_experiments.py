@@ -17,6 +17,7 @@ import jax
 import ml_collections
 import numpy as np
 import pytest
+from equivalences import saved_msp_run
 from launch import run_processes
 
 import hydra_jax as hj
@@ -546,15 +547,7 @@ def test_compare_gives_every_metric_over_seeds_with_paired_intervals(smoke_run, 
     assert acc.a_std == 0 and acc.diff == acc.a_mean - acc.b_mean and acc.better == "higher"
     assert by["id.nll"].better == "lower" and by["conformal.lac.test.coverage"].better == ""
     assert math.isnan(by["cost.latency_ms"].diff_low)  # the cost: mean and std only
-
-    def msp(method: str) -> tuple:
-        with np.load(workdir / "predictions" / f"{method}.npz") as npz:
-            p = dict(npz)
-        names = sorted(k[4:-6] for k in p if k.startswith("ood_") and k.endswith("_probs"))
-        return metrics.ood_score(p["id_probs"]), [metrics.ood_score(p[f"ood_{n}_probs"])
-                                                  for n in names]  # fmt: skip
-
-    run = (*msp(a), *msp(b))
+    run = saved_msp_run(workdir, a, b)
     pooled = metrics.pooled_auroc_difference([run, run], resamples=20)
     auroc = by["ood.mean.auroc"]
     assert (auroc.diff_low, auroc.diff_high) == pytest.approx((pooled["low"], pooled["high"]),

@@ -9,6 +9,7 @@ import json
 import chex
 import numpy as np
 import pytest
+from equivalences import saved_msp_run
 
 import hydra_jax as hj
 from configs import ablate_vit_fmnist, hydra_vit_fmnist, prune_vit_fmnist, vit_fmnist
@@ -92,16 +93,9 @@ def test_compare_draws_the_ood_sets_as_the_pooled_auroc_difference_with_shifted_
     _, workdir, _, _ = vision_run
     a, b = "deep_ensemble", "single"
     (row,) = compare.compare([workdir, workdir], a, b, resamples=10, only=("ood.mean.auroc",))
-
-    def msp(method: str) -> tuple:
-        with np.load(workdir / "predictions" / f"{method}.npz") as npz:
-            p = dict(npz)
-        assert any(k.startswith("shift_") for k in p)
-        names = sorted(k[4:-6] for k in p if k.startswith("ood_") and k.endswith("_probs"))
-        return metrics.ood_score(p["id_probs"]), [metrics.ood_score(p[f"ood_{n}_probs"])
-                                                  for n in names]  # fmt: skip
-
-    run = (*msp(a), *msp(b))
+    with np.load(workdir / "predictions" / f"{a}.npz") as npz:
+        assert any(k.startswith("shift_") for k in npz.files)
+    run = saved_msp_run(workdir, a, b)
     pooled = metrics.pooled_auroc_difference([run, run], resamples=10)
     assert (row.diff, row.diff_low, row.diff_high) == pytest.approx(
         (pooled["difference"], pooled["low"], pooled["high"]), abs=1e-12

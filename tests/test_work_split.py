@@ -39,11 +39,17 @@ def member_sets(heads: int) -> np.ndarray:
     return keep
 
 
+KINDS = ("single", "hydra", "text_hydra", "deep_ensemble", "batch_ensemble", "lora_ensemble",
+         "packed_ensemble", "mimo")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
 def models() -> dict[str, tuple[hj.Model, bool]]:
-    """Every kind: `(model, stacked)`; a stacked Deep Ensemble runs `baselines.deep_ensemble`."""
+    """Every kind of `KINDS`: `(model, stacked)`; a stacked Deep Ensemble runs
+    `baselines.deep_ensemble`. Built once, when the first test asks (not at collection)."""
     vit = hj.Model.init(VIT, jax.random.key(0))
     text = hj.Model.init(TEXT, jax.random.key(1))
-    return {
+    built = {
         "single": (vit, False),
         "hydra": (hydra.fuse(hydra.members_from(vit, member_sets(N))), False),
         "text_hydra": (hydra.fuse(hydra.members_from(text, member_sets(N))), False),
@@ -53,6 +59,8 @@ def models() -> dict[str, tuple[hj.Model, bool]]:
         "packed_ensemble": (hydra.packed_ensemble(VIT, M, jax.random.key(4), 2, 2), False),
         "mimo": (hydra.mimo(VIT, M, jax.random.key(5)), False),
     }
+    assert tuple(built) == KINDS
+    return built
 
 
 def batch(model: hj.Model, mesh) -> dict[str, jax.ShapeDtypeStruct]:
@@ -108,9 +116,9 @@ def assert_divides(programs, name: str = "") -> None:
         assert all(s <= LIMIT for s in split.values()), (name, label, split)
 
 
-@pytest.mark.parametrize("name", list(models()))
-def test_every_program_divides_its_work_over_the_mesh(name):
-    model, stacked = models()[name]
+@pytest.mark.parametrize("name", KINDS)
+def test_every_program_divides_its_work_over_the_mesh(models, name):
+    model, stacked = models[name]
     assert_divides(lambda mesh: work(name, model, stacked, mesh), name)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -42,6 +43,18 @@ def tiny():
 def loss_fn(model, params, head_mask, batch):
     logits = model.apply(params, **batch, head_mask=head_mask).logits
     return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
+
+
+def test_init_runs_only_the_initialisers_and_gives_flaxs_weights(tiny):
+    """`Model.init` traces the dummy forward pass instead of running it (`lazy_init`); its
+    weights are those of Flax's eager `init`, which runs that pass, bit for bit (a ViT's
+    truncated-normal CLS token and positions too, which a jitted init rounds differently)."""
+    vit = testing.vit(layers=1, heads=2, head_dim=3, mlp_dim=5, image_size=4, patch_size=2)
+    for config, params in ((TINY, tiny[0].params), (vit, None)):
+        key = jax.random.key(0)
+        module = hj.models.model.module_of(config)
+        eager = module.init(key, **hj.models.architectures.dummy_inputs(config))["params"]
+        chex.assert_trees_all_equal(params or hj.Model.init(config, key).params, eager)
 
 
 def test_head_mask_gradient_matches_float64_finite_differences(tiny):

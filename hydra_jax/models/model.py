@@ -56,7 +56,7 @@ class Model:
         if kind is not None:
             return cls(config, kind.init(config, rng, lambda c, k: cls.init(c, k).params))
         # Only the initialisers run: the dummy batch's forward pass is traced for the weights'
-        # shapes, not computed (run, each of its operations would compile on its own).
+        # shapes, not computed (run eagerly, each of its operations would compile on its own).
         shapes = jax.eval_shape(lambda: dummy_inputs(config))
         return cls(config, module_of(config).lazy_init(rng, **shapes)["params"])
 

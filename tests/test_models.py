@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import logging
+import re
 
 import chex
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -83,7 +87,37 @@ def test_jit_and_vmap_over_head_masks_match_eager(tiny):
     assert stacked.shape == (4, 6, 5)
     for m in range(4):
         eager = model(**batch, head_mask=masks[m]).logits
-        assert_close(stacked[m], eager)  # a compiled, vmapped program vs eager dispatch
+        assert_close(stacked[m], eager)  # a vmapped program vs one call at a time
+
+
+def test_a_call_outside_jit_compiles_one_program(caplog):
+    """`model(**batch)` on concrete arrays runs the forward pass as one compiled program (op by
+    op, each of its hundreds of operations would compile on its own)."""
+    config = dataclasses.replace(TINY, num_labels=7)  # a config no other test compiles
+    model = hj.Model.init(config, jax.random.key(3))
+    ids = np.arange(1, 16).reshape(3, 5)
+    with jax.log_compiles(), caplog.at_level(logging.WARNING):
+        logits = model(input_ids=ids, attention_mask=np.ones_like(ids)).logits
+    compiled = re.findall(r"Compiling (\S+) with", caplog.text)
+    assert compiled == ["jit(_forward)"], compiled
+    assert logits.shape == (3, 7)
+
+
+def test_a_call_under_an_interceptor_or_a_trace_is_traced_anew(tiny):
+    """A Flax interceptor acts while a forward pass is traced: an eager call under one is not
+    served from the program an earlier call compiled. Under `jit` the forward pass is traced
+    into the caller's program, not called as a compiled program of its own."""
+    model, batch = tiny
+
+    def silence_classifier(next_fun, args, kwargs, context):
+        out = next_fun(*args, **kwargs)
+        return jnp.zeros_like(out) if context.module.name == "classifier" else out
+
+    assert np.abs(model(**batch).logits).min() > 0
+    with nn.intercept_methods(silence_classifier):
+        assert np.all(model(**batch).logits == 0)
+    jaxpr = jax.make_jaxpr(lambda p: model.apply(p, **batch).logits)(model.params)
+    assert "_forward" not in str(jaxpr)
 
 
 def test_all_ones_mask_equals_no_mask(tiny):

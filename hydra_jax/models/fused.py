@@ -65,17 +65,28 @@ def is_shared(config: MemberConfig, path: tuple[str, ...]) -> bool:
 def fuse_params(config: MemberConfig, members: Sequence[Params]) -> dict[str, Params]:
     """`{"shared": means, "members": stacks [M, ...]}` from M member weight trees of `config`."""
     flat = [traverse_util.flatten_dict(p) for p in members]
-    shared, stacked = {}, {}
-    for path in flat[0]:
-        leaves = jnp.stack([jnp.asarray(f[path]) for f in flat])  # [M, ...]
-        if is_shared(config, path):
-            shared[path] = leaves.mean(0)
-        else:
-            stacked[path] = leaves
+    shared = frozenset(path for path in flat[0] if is_shared(config, path))
+    means, stacks = _stack_members(flat, shared)
     return {
-        "shared": traverse_util.unflatten_dict(shared),
-        "members": traverse_util.unflatten_dict(stacked),
+        "shared": traverse_util.unflatten_dict(means),
+        "members": traverse_util.unflatten_dict(stacks),
     }
+
+
+@functools.partial(jax.jit, static_argnames="shared")
+def _stack_members(
+    flat: list[dict[tuple[str, ...], jax.Array]], shared: frozenset[tuple[str, ...]]
+) -> tuple[dict, dict]:
+    """Each path's M leaves stacked `[M, ...]`, the `shared` ones averaged; one program (run
+    leaf by leaf, each stack and mean would compile on its own)."""
+    means, stacks = {}, {}
+    for path in flat[0]:
+        leaves = jnp.stack([f[path] for f in flat])  # [M, ...]
+        if path in shared:
+            means[path] = leaves.mean(0)
+        else:
+            stacks[path] = leaves
+    return means, stacks
 
 
 def member_params(params: dict[str, Params], m: int) -> Params:

@@ -34,7 +34,9 @@ class Model:
     """A transformer as a config, a weight pytree and a pure `apply`.
 
     `apply(params, **inputs)` is a pure function of arrays, safe under `jit`, `grad` and `vmap`;
-    `model(**inputs)` is the same with `model.params`.
+    `model(**inputs)` is the same with `model.params`. Called on concrete arrays it runs as one
+    compiled program per config and input shapes; under a caller's transformation it is traced
+    into the caller's program.
     """
 
     config: ArchConfig
@@ -96,21 +98,15 @@ class Model:
                 check_head_mask(inputs[name], encoder, name)
         check_inputs(self.config, inputs)
         kwargs = {k: v for k, v in inputs.items() if k not in PASSIVE_INPUTS and v is not None}
-        kind = kinds.kind_of(self.config)
-        if kind is not None:
-            if output_attentions:
-                raise NotImplementedError(
-                    f"a {type(self.config).__name__} model does not return attention maps"
-                )
-            return kind.apply(self.config, params, kwargs, dropout_rng)
-        rngs = None if dropout_rng is None else {"dropout": dropout_rng}
-        return self.module.apply(
-            {"params": params},
-            **kwargs,
-            output_attentions=output_attentions,
-            deterministic=dropout_rng is None,
-            rngs=rngs,
+        if output_attentions and kinds.kind_of(self.config) is not None:
+            raise NotImplementedError(
+                f"a {type(self.config).__name__} model does not return attention maps"
+            )
+        traced = any(
+            isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((params, kwargs, dropout_rng))
         )
+        run = _forward if traced or _intercepted() else _compiled_forward
+        return run(self.config, params, kwargs, dropout_rng, output_attentions)
 
     def __call__(self, **inputs: Any) -> ModelOutput | CLIPOutput:
         return self.apply(self.params, **inputs)
@@ -179,6 +175,41 @@ class Model:
             deterministic=dropout_rng is None,
             **kwargs,
         )
+
+
+def _forward(
+    config: ArchConfig,
+    params: Params,
+    inputs: dict[str, Any],
+    dropout_rng: jax.Array | None,
+    output_attentions: bool,
+) -> ModelOutput | CLIPOutput:
+    """`Model.apply` after its checks."""
+    kind = kinds.kind_of(config)
+    if kind is not None:
+        return kind.apply(config, params, inputs, dropout_rng)
+    rngs = None if dropout_rng is None else {"dropout": dropout_rng}
+    return module_of(config).apply(
+        {"params": params},
+        **inputs,
+        output_attentions=output_attentions,
+        deterministic=dropout_rng is None,
+        rngs=rngs,
+    )
+
+
+# `Model.apply` on concrete arrays (a notebook, a script, a test): one program per config and
+# input shapes, where run operation by operation each of hundreds of operations would compile on
+# its own. Called with tracers (under a caller's `jit`, `grad` or `vmap`) the forward pass is
+# traced into the caller's program as it is, so what a trace context decides there (the mesh
+# axis `member_vmap` maps) is never served from a program traced outside it.
+_compiled_forward = jax.jit(_forward, static_argnames=("config", "output_attentions"))
+
+
+def _intercepted() -> bool:
+    """Whether a Flax interceptor (`nn.intercept_methods`) is active. It acts while a forward
+    pass is traced, so a call under one is traced anew, not served from a compiled program."""
+    return bool(getattr(nn.module, "_global_interceptor_stack", None))
 
 
 def with_classifier(model: Model, num_labels: int, rng: jax.Array) -> Model:

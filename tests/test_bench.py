@@ -60,11 +60,13 @@ def test_attention_bench_compares_the_same_function():
     def ours(p):
         return layer.apply({"params": p}, x, bias, None)[0]
 
-    grad = jax.grad(lambda p: jnp.sum(ours(p) ** 2))(params)
+    # Each function and gradient compiled as one program (run eagerly, every operation of
+    # each would compile on its own).
+    grad = jax.jit(jax.grad(lambda p: jnp.sum(ours(p) ** 2)))(params)
     for formulation in (one_block, head_major_normalised, token_major):
         before = lambda p, f=formulation: f(p, x, bias, K)  # noqa: E731
-        assert_close(ours(params), before(params))  # other programs, the same function
-        grad_before = jax.grad(lambda p, f=before: jnp.sum(f(p) ** 2))(params)
+        assert_close(jax.jit(ours)(params), jax.jit(before)(params))  # other programs, one function
+        grad_before = jax.jit(jax.grad(lambda p, f=before: jnp.sum(f(p) ** 2)))(params)
         # As one vector: the key bias's exact gradient is 0 (softmax ignores a shift per query),
         # so its float32 values are rounding noise of the other gradients' scale.
         assert_close(ravel_pytree(grad)[0], ravel_pytree(grad_before)[0])

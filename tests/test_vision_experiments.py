@@ -107,7 +107,8 @@ def test_hydra_and_pruning_run_on_the_published_vit(vision_run, tmp_path):
     hydra_config = hydra_vit_fmnist.get_config("smoke")
     hydra_config.base_workdir = str(workdir)
     hydra_config.num_members = 2
-    hydra_config.strategies = ("taylor", "circuit")
+    # Only the methods' strategy, circuit (a ViT's Taylor members: test_custom_study.py).
+    hydra_config.strategies = ()
     hydra_config.methods = ("single", "deep_ensemble", "pruned_circuit", "hydra_circuit")
     engine.train(hydra_config, tmp_path / "hydra")
     results = engine.evaluate(hydra_config, tmp_path / "hydra")["methods"]

@@ -79,10 +79,12 @@ def test_his_equals_per_example_float64_finite_differences(bert):
 def test_his_is_not_the_absolute_batch_mean_gradient(bert):
     model, batch = bert
     his, _ = his_and_entropy(model, [batch])
-    mean_grad = jax.grad(
-        lambda m: optax.softmax_cross_entropy_with_integer_labels(
-            model.apply(model.params, **batch, head_mask=m).logits, batch["labels"]
-        ).mean()
+    mean_grad = jax.jit(
+        jax.grad(
+            lambda m: optax.softmax_cross_entropy_with_integer_labels(
+                model.apply(model.params, **batch, head_mask=m).logits, batch["labels"]
+            ).mean()
+        )
     )(jnp.ones((L, N)))
     # |mean| <= mean |.| (equal where every example's gradient has one sign); two programs, so
     # float32 rounding at 1e-5 of the scale (about 1e-6 here) separates the sides.

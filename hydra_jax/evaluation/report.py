@@ -95,7 +95,7 @@ def ood_histogram(
     for name, scores in ood_scores.items():
         ax.hist(scores, bins=bins, density=True, histtype="step", linewidth=1.5, label=name)
     ax.set(xlabel="MSP score (-max p), higher = more OOD", ylabel="density", title=title)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")  # beside the bars
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -116,8 +116,10 @@ def ood_curves_plot(path: Path, id_scores: np.ndarray, ood_scores: dict, title: 
             title=f"{title}: ROC (AUROC %)")  # fmt: skip
     pr.set(xlabel="recall (OOD)", ylabel="precision", ylim=(0, 1.02),
            title=f"{title}: PR (AUPR %)")  # fmt: skip
-    roc.legend(fontsize="small")
-    pr.legend(fontsize="small")
+    # Fixed places: matplotlib's "best" searches every point of every curve (seconds on a
+    # large test set).
+    roc.legend(loc="lower right", fontsize="small")
+    pr.legend(loc="lower left", fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -185,7 +187,7 @@ def loss_curves(path: Path, logs: dict[str, Path], title: str) -> None:
         records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
         ax.plot([r["step"] for r in records], [r["loss"] for r in records], label=name)
     ax.set(xlabel="step", ylabel="training loss", title=title)
-    ax.legend(fontsize="small")
+    ax.legend(loc="upper right", fontsize="small")  # losses fall: the corner they leave
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

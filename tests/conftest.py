@@ -6,8 +6,6 @@ from __future__ import annotations
 import collections
 import importlib.util
 import os
-import shutil
-import tempfile
 
 # Compilation dominates this suite's time (tiny models, hundreds of programs), and the programs'
 # speed does not matter here: LLVM at -O0 compiles faster, and at -O0 so does XLA:CPU's older
@@ -26,20 +24,8 @@ os.environ["XLA_FLAGS"] = (
 # process and holds libtpu's lock file, which the plan tests then cannot take.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-# Tests, their subprocesses and both xdist workers compile many of the same programs (the same
-# tiny models in several files, train.py then evaluate.py on one config): one persistent
-# compilation cache for the whole run lets each later compilation load the first one's program.
-# A program's key is its HLO, options and devices, so
-# results are unchanged. The process that starts pytest creates the folder and removes it at
-# the end; xdist workers and subprocesses inherit it.
-OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
-if OWN_CACHE:
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="hydra_jax_test_xla_")
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-
-import jax  # noqa: E402 (after the environment above: JAX reads it on import)
-import pytest  # noqa: E402
+import jax  # after the environment above: JAX reads it on import
+import pytest
 
 # 8 CPU devices for the mesh tests (tests/test_sharding.py); set before the backend starts.
 # Everything else runs on device 0, as on a one-device machine.
@@ -49,11 +35,6 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    if OWN_CACHE:
-        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

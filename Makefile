@@ -33,7 +33,7 @@ $(STUDIES): export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/runs/.jax_cache
 $(STUDIES): export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS ?= 0
 $(STUDIES): export JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES ?= 0
 
-.PHONY: setup lock release-check tables test test-fast closeness docs lint bench smoke baselines prune hydra demo demo-seeds vision zero-shot clean
+.PHONY: setup lock release-check tables test test-processes test-fast closeness docs lint bench smoke baselines prune hydra demo demo-seeds vision zero-shot clean
 
 setup: $(STAMP) $(SOURCE) $(WHEELS) $(FASHION_MNIST)
 
@@ -91,9 +91,16 @@ tables: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-# Two workers, one test file each at a time (module fixtures are shared within a file).
+# Two workers, one test file each at a time (module fixtures are shared within a file). `test`
+# runs every test that stays in its process; `test-processes` the ones that start processes
+# (train.py and evaluate.py, `hydra-jax`, several JAX processes on one mesh, a fresh
+# interpreter), marked `processes`. CI runs both.
+PYTEST := $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 test: lint
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	$(PYTEST) -m "not processes"
+
+test-processes: setup
+	$(PYTEST) -m processes
 
 # How closely the suite's two-program comparisons agree on this CPU (hydra_jax/testing.py): each
 # `assert_close`'s difference over its tolerance, the largest first.
@@ -103,9 +110,9 @@ closeness: setup
 		--dist loadfile
 	sort -t "$$(printf '\t')" -k 2 -g -r runs/closeness.tsv | head -20
 
-# The edit loop: every test but those marked slow (the studies end to end, several processes).
+# The edit loop: every test but those marked slow (the studies end to end, meshes) or processes.
 test-fast: setup
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow"
+	$(PYTEST) -m "not slow and not processes"
 
 bench: setup
 	$(BIN)/python -m bench.forward

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import importlib.util
 import os
+import subprocess
 
 # Compilation dominates this suite's time (tiny models, hundreds of programs), and the programs'
 # speed does not matter here: LLVM at -O0 compiles faster, and at -O0 so does XLA:CPU's older
@@ -49,6 +50,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "torch" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _processes_are_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that starts a process is marked `processes`: `make test-processes` runs those,
+    `make test` the others, which start none (it stays within minutes)."""
+    if "processes" in request.keywords:
+        return
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(
+            f"{request.node.nodeid} starts a process ({args[1] if len(args) > 1 else kwargs}): "
+            "mark it @pytest.mark.processes"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
 
 
 @pytest.fixture(scope="session")

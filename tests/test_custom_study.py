@@ -112,6 +112,7 @@ def command_config(command: list[str], variant: str = "smoke") -> tuple[str, Con
     return script.removesuffix(".py"), values.config, values.workdir
 
 
+@pytest.mark.processes
 def test_the_tutorials_command_runs_as_written(tmp_path, text_encoder_dir):
     """docs/your_data.md's `hydra-jax` commands, in a folder outside the clone holding the files
     they name (the smoke variant)."""

@@ -359,6 +359,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=300)  # fmt: skip
 
 
+@pytest.mark.processes
 def test_cli_names_the_settings_a_workdir_was_run_with(smoke_run):
     """evaluate.py with a setting its workdir was not trained with names the setting, both
     values. (An unknown key is a case of tests/bad_inputs/test_refuse_command_line.py.)"""
@@ -456,6 +457,7 @@ def test_rerunning_train_on_a_finished_run_keeps_its_timings(smoke_run):
     assert json.loads((workdir / "train_timings.json").read_text()) == before
 
 
+@pytest.mark.processes
 def test_cli_on_two_processes_equals_one_process(smoke_run, tmp_path):
     """train.py and evaluate.py of the smoke config on 2 processes x 2 CPU devices (one global
     data=2 x member=2 mesh): the same published member and metrics as the one-process run.

@@ -41,6 +41,7 @@ def test_the_studies_extra_lists_every_package_extras_guards():
         assert (package or module).lower() in declared, module
 
 
+@pytest.mark.processes
 def test_import_hydra_jax_loads_no_study_or_test_package():
     """With every package installed (the release check repeats it where none of the extras is)."""
     code = f"import sys, hydra_jax; print(sorted(m for m in {NOT_ON_IMPORT!r} if m in sys.modules))"
@@ -48,6 +49,7 @@ def test_import_hydra_jax_loads_no_study_or_test_package():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("blocked", "statement"),
     [
@@ -65,6 +67,13 @@ def test_a_study_module_without_the_extra_names_it(blocked, statement):
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("ModuleNotFoundError:") and blocked in last, last
     assert "pip install 'hydra_jax[studies]'" in last, last
+
+
+def test_a_test_not_marked_processes_starts_none():
+    """`make test` runs the tests not marked `processes`, and one that starts a process fails,
+    naming the marker (tests/conftest.py), so the in-process suite stays in-process."""
+    with pytest.raises(AssertionError, match=r"starts a process .* mark it @pytest.mark.processes"):
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
 
 
 def test_studies_import_refuses_a_package_outside_the_extra():

@@ -122,6 +122,7 @@ def test_a_mesh_gives_the_one_device_results(setup, one_device, mesh, tmp_path):
     assert_same_results(got, one_device)
 
 
+@pytest.mark.processes
 def test_two_processes_give_the_one_device_results(setup, one_device, tmp_path):
     """2 processes x 4 CPU devices (jax.distributed, gloo), one global data=4 x member=2 mesh:
     every check of the one-device run in one launch (a launch costs seconds). Training stops

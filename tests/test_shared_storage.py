@@ -41,6 +41,7 @@ def run(folder: Path, checkpoint: Path, cache: Path, delay: float) -> subprocess
     )  # fmt: skip
 
 
+@pytest.mark.processes
 def test_runs_with_other_checkpoints_share_one_cache_while_one_is_killed(tmp_path):
     """Three runs at once on one folder: checkpoints A, B and A again (one entry each for A and
     B; both A runs build it, the first to finish publishes it), and a fourth run of A killed

@@ -59,6 +59,7 @@ def test_the_engine_itself_refuses_a_held_workdir(tmp_path):
         engine.run("predict", config, workdir)
 
 
+@pytest.mark.processes
 def test_a_second_train_py_on_a_running_workdir_is_refused(tmp_path):
     workdir = tmp_path / "run"
     with Workdir(workdir).hold():  # as a running train.py holds it

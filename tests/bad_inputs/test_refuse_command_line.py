@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.processes  # each case runs train.py or evaluate.py
+
 REPO = Path(__file__).parent.parent.parent
 SMOKE = "--config=configs/minilm_mr.py:smoke"
 

@@ -18,10 +18,11 @@ SOURCE := $(DATA)/downloads/vaderSentiment-3.3.2.tar.gz
 # Debian package dataset-fashion-mnist unpacked without root.
 WHEELS := $(DATA)/downloads/.image_wheels
 FASHION_MNIST := $(DATA)/downloads/debian/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz
-# The studies run as several processes (train.py, evaluate.py per stage) that compile many of the
-# same XLA programs; JAX's persistent compilation cache lets each later process load them instead
-# of compiling again (docs/getting-started.md). Results are unchanged: a program's key is its
-# HLO, options and JAX version. Only the study targets use it, not the tests.
+# A later run of a study (another study seed, as demo-seeds runs, or a run again) compiles the
+# same XLA programs; JAX's persistent compilation cache lets it load them instead of compiling
+# again (docs/getting-started.md); a first run gains little, its train.py and evaluate.py share
+# few programs. Results are unchanged: a program's key is its HLO, options and JAX version.
+# Only the study targets use it, not the tests.
 STUDIES := smoke baselines prune hydra demo demo-seeds vision zero-shot
 # XLA:CPU allocates large buffers on every call; glibc serves them with fresh mmaps that fault in
 # 4 KiB pages. Transparent huge pages for malloc cut that cost for a training loop on the AMD
